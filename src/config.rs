@@ -1,0 +1,189 @@
+//! Command line and environment configuration (12-factor: every flag also
+//! reads an environment variable). Validated once, at start-up.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use secrecy::{ExposeSecret, SecretString};
+
+#[derive(Debug, Parser)]
+#[command(name = "webhookd", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+
+    /// Log output: `pretty` for a terminal, `json` for containers.
+    #[arg(long, env = "WEBHOOKD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty, global = true)]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Receive webhooks over HTTP (the default when no subcommand is given).
+    Serve(Box<ServeSettings>),
+    /// Apply pending database migrations, then exit.
+    Migrate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseSettings {
+    /// Postgres connection string, e.g. postgres://user:pass@host:5432/webhookd.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<SecretString>,
+
+    /// Most connections the pool opens.
+    #[arg(
+        long,
+        env = "WEBHOOKD_DB_MAX_CONNECTIONS",
+        default_value_t = 16,
+        global = true
+    )]
+    pub db_max_connections: u32,
+
+    /// How long a request waits for a pooled connection before answering 503.
+    #[arg(long, env = "WEBHOOKD_DB_ACQUIRE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "5s", global = true)]
+    pub db_acquire_timeout: Duration,
+}
+
+impl DatabaseSettings {
+    pub fn url(&self) -> anyhow::Result<&str> {
+        match &self.database_url {
+            Some(url) if !url.expose_secret().trim().is_empty() => Ok(url.expose_secret()),
+            _ => anyhow::bail!("DATABASE_URL is not set (pass --database-url or set DATABASE_URL)"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeSettings {
+    /// Address to listen on.
+    #[arg(long, env = "WEBHOOKD_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// Stripe endpoint signing secrets (`whsec_...`), comma-separated; any one
+    /// may match, so a rotation lists old and new. Unset: /webhooks/stripe is 404.
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
+    pub stripe_webhook_secret: Secrets,
+
+    /// Largest accepted difference, in seconds, between a signed timestamp and
+    /// now, in either direction.
+    #[arg(long, env = "WEBHOOKD_TOLERANCE_SECS", default_value_t = 300)]
+    pub tolerance_secs: u64,
+
+    /// Largest accepted request body in bytes; larger bodies get 413.
+    #[arg(long, env = "WEBHOOKD_MAX_BODY_BYTES", default_value_t = 2 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=(64 * 1024 * 1024)))]
+    pub max_body_bytes: u64,
+
+    /// Longest a webhook request may take before it is answered 503 (and its
+    /// transaction rolled back).
+    #[arg(long, env = "WEBHOOKD_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub request_timeout: Duration,
+
+    /// How long shutdown waits for in-flight requests after SIGTERM.
+    #[arg(long, env = "WEBHOOKD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, default_value = "25s")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeSettings {
+    fn default() -> Self {
+        // The same defaults as the command line, so `webhookd` alone means `webhookd serve`.
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            serve: ServeSettings,
+        }
+        Only::parse_from(["webhookd"]).serve
+    }
+}
+
+/// A list of signing secrets. Debug output never shows them.
+#[derive(Clone, Default)]
+pub struct Secrets(Vec<SecretString>);
+
+impl Secrets {
+    pub fn new<I, S>(secrets: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Secrets(
+            secrets
+                .into_iter()
+                .map(|s| SecretString::from(s.into()))
+                .collect(),
+        )
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &SecretString> {
+        self.0.iter()
+    }
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secrets([{} redacted])", self.0.len())
+    }
+}
+
+/// Comma-separated secrets; blanks around each are trimmed, empty items dropped.
+pub fn parse_secrets(raw: &str) -> Result<Secrets, String> {
+    Ok(Secrets::new(
+        raw.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_split_trimmed_and_never_printed() {
+        let secrets = parse_secrets(" whsec_old , whsec_new,,").unwrap();
+        let exposed: Vec<_> = secrets
+            .iter()
+            .map(|s| s.expose_secret().to_owned())
+            .collect();
+        assert_eq!(exposed, ["whsec_old", "whsec_new"]);
+        let shown = format!("{secrets:?}");
+        assert!(!shown.contains("whsec"), "{shown}");
+    }
+
+    #[test]
+    fn an_empty_secret_list_means_not_configured() {
+        assert!(parse_secrets("").unwrap().is_empty());
+        assert!(parse_secrets(" , ").unwrap().is_empty());
+    }
+
+    #[test]
+    fn serve_defaults_match_the_design() {
+        let serve = ServeSettings::default();
+        assert_eq!(serve.listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(serve.tolerance_secs, 300);
+        assert_eq!(serve.max_body_bytes, 2 * 1024 * 1024);
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,127 @@
+//! The connection pool, embedded migrations, and the one place where database
+//! errors are classified (by SQLSTATE, never by message text).
+
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use crate::config::DatabaseSettings;
+
+/// The migrations in `migrations/`, compiled into the binary.
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Opens the pool lazily: the server starts (and `/readyz` answers 503) even
+/// while the database is still coming up.
+pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = settings
+        .url()?
+        .parse()
+        .map_err(|_| anyhow::anyhow!("DATABASE_URL is not a valid Postgres connection string"))?;
+    Ok(pool_options(settings).connect_lazy_with(options.application_name("webhookd")))
+}
+
+pub fn pool_options(settings: &DatabaseSettings) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(settings.db_max_connections.max(1))
+        .acquire_timeout(settings.db_acquire_timeout)
+        .idle_timeout(Some(Duration::from_secs(300)))
+}
+
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    MIGRATOR.run(pool).await?;
+    Ok(())
+}
+
+/// Whether every embedded migration has been applied successfully.
+pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied = sqlx::query_scalar!(
+        r#"select exists (select 1 from _sqlx_migrations where version = $1 and success) as "applied!""#,
+        latest
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(applied)
+}
+
+/// Serialises work on one natural key (e.g. a credit and the refunds that
+/// wait for it) until the transaction ends.
+pub async fn lock_key(
+    conn: &mut sqlx::PgConnection,
+    provider: &str,
+    key: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"select pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 0)) as "locked!: ()""#,
+        provider,
+        key
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(())
+}
+
+/// What a database error means for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Worth retrying as is: the database is unavailable or busy, or the
+    /// transaction lost a serialization race or a deadlock.
+    Transient,
+    /// Anything else: a bug or a broken invariant.
+    Permanent,
+}
+
+pub fn classify(error: &sqlx::Error) -> Failure {
+    match error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => Failure::Transient,
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) if is_transient_sqlstate(&code) => Failure::Transient,
+            _ => Failure::Permanent,
+        },
+        _ => Failure::Permanent,
+    }
+}
+
+/// SQLSTATEs after which a clean retry of the whole transaction can succeed.
+fn is_transient_sqlstate(code: &str) -> bool {
+    matches!(
+        code,
+        "40001" // serialization_failure
+            | "40P01" // deadlock_detected
+            | "55P03" // lock_not_available (lock_timeout)
+            | "57014" // query_canceled (statement_timeout)
+            | "57P01" // admin_shutdown
+            | "57P02" // crash_shutdown
+            | "57P03" // cannot_connect_now
+            | "25006" // read_only_sql_transaction (failover to a replica)
+    ) || code.starts_with("08") // connection_exception
+        || code.starts_with("53") // insufficient_resources (too many connections, disk full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_sqlstates_are_recognised() {
+        for code in [
+            "40001", "40P01", "55P03", "57014", "57P01", "08006", "53300",
+        ] {
+            assert!(is_transient_sqlstate(code), "{code}");
+        }
+        for code in ["23505", "23503", "42P01", "P0001", "22P02"] {
+            assert!(!is_transient_sqlstate(code), "{code}");
+        }
+    }
+
+    #[test]
+    fn pool_timeouts_are_transient() {
+        assert_eq!(classify(&sqlx::Error::PoolTimedOut), Failure::Transient);
+        assert_eq!(classify(&sqlx::Error::RowNotFound), Failure::Permanent);
+    }
+}

@@ -1,0 +1,106 @@
+//! Routes, middleware and status codes.
+
+pub mod health;
+pub mod webhooks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::map_response_body::MapResponseBodyLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::clock::Clock;
+use crate::providers::stripe::StripeVerifier;
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub stripe: Option<Arc<StripeVerifier>>,
+    pub clock: Clock,
+    /// Cancelled when the process starts shutting down (`/readyz` turns 503).
+    pub shutdown: CancellationToken,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+}
+
+/// Headers whose values never reach a log line.
+pub const SENSITIVE_HEADERS: [HeaderName; 9] = [
+    header::AUTHORIZATION,
+    header::COOKIE,
+    HeaderName::from_static("stripe-signature"),
+    HeaderName::from_static("x-razorpay-signature"),
+    HeaderName::from_static("webhook-signature"),
+    HeaderName::from_static("x-hub-signature"),
+    HeaderName::from_static("x-hub-signature-256"),
+    HeaderName::from_static("x-shopify-hmac-sha256"),
+    HeaderName::from_static("svix-signature"),
+];
+
+pub fn router(state: AppState, limits: Limits) -> Router {
+    let x_request_id = HeaderName::from_static("x-request-id");
+    // Outermost first.
+    let middleware = ServiceBuilder::new()
+        .layer(SetSensitiveRequestHeadersLayer::new(SENSITIVE_HEADERS))
+        .layer(SetRequestIdLayer::new(
+            x_request_id.clone(),
+            MakeRequestUuid,
+        ))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let request_id = request
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                tracing::info_span!(
+                    "request",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    request_id,
+                )
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(x_request_id))
+        .layer(CatchPanicLayer::custom(|_| internal_error()))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        .layer(MapResponseBodyLayer::new(axum::body::Body::new))
+        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes));
+
+    Router::new()
+        .route("/webhooks/{provider}", post(webhooks::receive))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware)
+        .with_state(state)
+}
+
+fn internal_error() -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        axum::Json(json!({ "error": "internal error" })),
+    )
+        .into_response()
+}

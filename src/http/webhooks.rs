@@ -1,0 +1,53 @@
+//! `POST /webhooks/{provider}`: raw bytes in, verified, then ingested.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use bytes::Bytes;
+
+use super::AppState;
+use crate::error::ApiError;
+use crate::ingest::{self, Receipt};
+use crate::providers::{VerifiedEvent, stripe};
+
+#[tracing::instrument(name = "webhook", skip_all, fields(provider = %provider, event_id, event_type, outcome))]
+pub async fn receive(
+    State(state): State<AppState>,
+    Path(provider): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Receipt>, ApiError> {
+    let started = Instant::now();
+    let event = verify(&state, &provider, &headers, &body)?;
+    let span = tracing::Span::current();
+    span.record("event_id", event.event_id());
+    span.record("event_type", event.event_type());
+
+    let receipt = ingest::ingest(&state.pool, &event).await?;
+    span.record("outcome", receipt.outcome.as_str());
+    tracing::info!(
+        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "webhook {}",
+        receipt.outcome.as_str()
+    );
+    Ok(Json(receipt))
+}
+
+/// A provider without a configured secret is not mounted: 404, never accepted
+/// unverified.
+fn verify(
+    state: &AppState,
+    provider: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<VerifiedEvent, ApiError> {
+    match provider {
+        stripe::PROVIDER => {
+            let verifier = state.stripe.as_ref().ok_or(ApiError::UnknownProvider)?;
+            Ok(verifier.verify(headers, body, state.clock.now())?)
+        }
+        _ => Err(ApiError::UnknownProvider),
+    }
+}

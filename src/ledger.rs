@@ -1,0 +1,191 @@
+//! Wallets and their entries. Every balance change is an entry row whose
+//! natural key `(provider, kind, source_ref)` is unique, and the balance moves
+//! in the same statement that writes the entry, so `balance_minor` always
+//! equals the sum of the wallet's entries.
+
+use sqlx::PgConnection;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Credit,
+    Refund,
+}
+
+impl EntryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Credit => "credit",
+            EntryKind::Refund => "refund",
+        }
+    }
+}
+
+/// An entry to post: positive `amount_minor` credits, negative debits.
+#[derive(Debug)]
+pub struct NewEntry<'a> {
+    pub user_id: &'a str,
+    pub currency: &'a str,
+    pub amount_minor: i64,
+    pub kind: EntryKind,
+    pub provider: &'a str,
+    pub source_ref: &'a str,
+    pub event_id: &'a str,
+    /// For a refund: the `source_ref` of the credit it debits.
+    pub parent_ref: Option<&'a str>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Posted {
+    Posted {
+        entry_id: i64,
+        balance_minor: i64,
+    },
+    /// The natural key was taken: by this event id, the balance did not move.
+    AlreadyPosted {
+        owner_event_id: String,
+    },
+}
+
+/// A posted entry, as far as refunds need to know it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub user_id: String,
+    pub currency: String,
+    pub amount_minor: i64,
+    pub event_id: String,
+}
+
+/// Inserts the entry and moves the balance, in one statement; does nothing if
+/// the natural key is already taken.
+pub async fn post(conn: &mut PgConnection, entry: &NewEntry<'_>) -> Result<Posted, sqlx::Error> {
+    let posted = sqlx::query!(
+        r#"
+        with entry as (
+            insert into wallet_entries
+                (user_id, currency, amount_minor, kind, provider, source_ref, event_id, parent_ref)
+            values ($1, $2, $3, $4, $5, $6, $7, $8)
+            on conflict (provider, kind, source_ref) do nothing
+            returning id, user_id, currency, amount_minor
+        ), wallet as (
+            insert into wallets (user_id, currency, balance_minor)
+            select user_id, currency, amount_minor from entry
+            on conflict (user_id, currency) do update
+                set balance_minor = wallets.balance_minor + excluded.balance_minor,
+                    updated_at = now()
+            returning balance_minor
+        )
+        select entry.id as "entry_id!", wallet.balance_minor as "balance_minor!"
+        from entry, wallet
+        "#,
+        entry.user_id,
+        entry.currency,
+        entry.amount_minor,
+        entry.kind.as_str(),
+        entry.provider,
+        entry.source_ref,
+        entry.event_id,
+        entry.parent_ref,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+
+    match posted {
+        Some(row) => Ok(Posted::Posted {
+            entry_id: row.entry_id,
+            balance_minor: row.balance_minor,
+        }),
+        None => {
+            let owner = find(conn, entry.provider, entry.kind, entry.source_ref)
+                .await?
+                .ok_or(sqlx::Error::RowNotFound)?;
+            Ok(Posted::AlreadyPosted {
+                owner_event_id: owner.event_id,
+            })
+        }
+    }
+}
+
+/// The entry with this natural key, if any.
+pub async fn find(
+    conn: &mut PgConnection,
+    provider: &str,
+    kind: EntryKind,
+    source_ref: &str,
+) -> Result<Option<Entry>, sqlx::Error> {
+    sqlx::query_as!(
+        Entry,
+        r#"
+        select user_id, currency, amount_minor, event_id
+        from wallet_entries
+        where provider = $1 and kind = $2 and source_ref = $3
+        "#,
+        provider,
+        kind.as_str(),
+        source_ref
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// What was already debited against a credit: in all, and for the refund
+/// entries whose `source_ref` starts with `ref_prefix` (one charge's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refunded {
+    pub total_minor: i64,
+    pub matching_minor: i64,
+}
+
+pub async fn refunded(
+    conn: &mut PgConnection,
+    provider: &str,
+    parent_ref: &str,
+    ref_prefix: &str,
+) -> Result<Refunded, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select coalesce(-sum(amount_minor), 0)::bigint as "total!",
+               coalesce(-sum(amount_minor) filter (where starts_with(source_ref, $3)), 0)::bigint
+                   as "matching!"
+        from wallet_entries
+        where provider = $1 and kind = 'refund' and parent_ref = $2
+        "#,
+        provider,
+        parent_ref,
+        ref_prefix
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(Refunded {
+        total_minor: row.total,
+        matching_minor: row.matching,
+    })
+}
+
+/// A wallet whose balance differs from the sum of its entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    pub user_id: String,
+    pub currency: String,
+    pub balance_minor: i64,
+    pub entries_minor: i64,
+}
+
+/// Every wallet whose balance is not the sum of its entries (none, normally).
+pub async fn mismatches(conn: &mut PgConnection) -> Result<Vec<Mismatch>, sqlx::Error> {
+    sqlx::query_as!(
+        Mismatch,
+        r#"
+        select w.user_id, w.currency, w.balance_minor,
+               coalesce(e.total, 0)::bigint as "entries_minor!"
+        from wallets w
+        left join (
+            select user_id, currency, sum(amount_minor) as total
+            from wallet_entries group by user_id, currency
+        ) e using (user_id, currency)
+        where w.balance_minor <> coalesce(e.total, 0)
+        order by w.user_id, w.currency
+        "#
+    )
+    .fetch_all(conn)
+    .await
+}

@@ -1,0 +1,18 @@
+//! webhookd: receives payment-provider webhooks, verifies them on their raw
+//! bytes, and applies each event exactly once in one Postgres transaction.
+
+pub mod clock;
+pub mod config;
+pub mod db;
+pub mod effects;
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod ingest;
+pub mod ledger;
+pub mod outbox;
+pub mod payments;
+pub mod providers;
+pub mod startup;
+pub mod subscriptions;
+pub mod telemetry;

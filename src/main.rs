@@ -1,0 +1,68 @@
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use webhookd::clock::Clock;
+use webhookd::config::{Cli, Command, ServeSettings};
+use webhookd::startup::Application;
+use webhookd::{db, telemetry};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = ?error, "webhookd failed");
+            eprintln!("webhookd: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let pool = db::pool(&cli.database)?;
+    match cli.command {
+        Some(Command::Migrate) => {
+            db::migrate(&pool).await.context("migrations failed")?;
+            tracing::info!("migrations applied");
+            pool.close().await;
+            Ok(())
+        }
+        Some(Command::Serve(settings)) => serve(*settings, pool).await,
+        None => serve(ServeSettings::default(), pool).await,
+    }
+}
+
+async fn serve(settings: ServeSettings, pool: sqlx::PgPool) -> anyhow::Result<()> {
+    db::migrate(&pool)
+        .await
+        .context("migrations failed at start-up")?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let app = Application::build(&settings, pool.clone(), Clock::System, shutdown).await?;
+    app.run_until_stopped().await?;
+    pool.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces exit.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("can install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutdown requested: finishing in-flight requests");
+    shutdown.cancel();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(130);
+}

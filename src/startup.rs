@@ -1,0 +1,82 @@
+//! Wires configuration, the pool and the router into a running server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::config::ServeSettings;
+use crate::http::{self, AppState, Limits};
+use crate::providers::stripe::StripeVerifier;
+
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    shutdown: CancellationToken,
+    grace: Duration,
+}
+
+impl Application {
+    /// Binds the listener (port 0 picks a free one) and builds the router.
+    pub async fn build(
+        settings: &ServeSettings,
+        pool: PgPool,
+        clock: Clock,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Self> {
+        let stripe = StripeVerifier::new(&settings.stripe_webhook_secret, settings.tolerance_secs);
+        if stripe.is_none() {
+            tracing::warn!("STRIPE_WEBHOOK_SECRET is not set: /webhooks/stripe answers 404");
+        }
+        let state = AppState {
+            pool,
+            stripe: stripe.map(Arc::new),
+            clock,
+            shutdown: shutdown.clone(),
+        };
+        let limits = Limits {
+            max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
+            request_timeout: settings.request_timeout,
+        };
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        Ok(Application {
+            listener,
+            router: http::router(state, limits),
+            shutdown,
+            grace: settings.shutdown_grace,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until the shutdown token is cancelled, then stops accepting and
+    /// lets in-flight requests finish, for at most the grace period.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        tracing::info!(address = %self.local_addr(), "listening");
+        let shutdown = self.shutdown.clone();
+        let server = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let grace_expired = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(self.grace).await;
+        };
+        tokio::select! {
+            served = server => served.context("server failed"),
+            () = grace_expired => {
+                tracing::warn!(grace = ?self.grace, "in-flight requests outlived the shutdown grace period");
+                Ok(())
+            }
+        }
+    }
+}

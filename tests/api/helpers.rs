@@ -1,0 +1,280 @@
+//! Spawns the real application on a free port against the test's own fresh
+//! database, and signs deliveries the way Stripe does.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use webhookd::clock::Clock;
+use webhookd::config::{ServeSettings, parse_secrets};
+use webhookd::ledger;
+use webhookd::providers::stripe::signature_header;
+use webhookd::startup::Application;
+
+/// The current endpoint secret, and the previous one still accepted during a rotation.
+pub const SECRET: &str = "whsec_test_current_secret";
+pub const OLD_SECRET: &str = "whsec_test_previous_secret";
+
+pub struct TestApp {
+    pub address: String,
+    pub pool: PgPool,
+    pub client: reqwest::Client,
+    pub shutdown: CancellationToken,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .try_into()
+        .unwrap()
+}
+
+/// The app with both secrets configured and the system clock.
+pub async fn spawn_app(pool: PgPool) -> TestApp {
+    spawn_app_with(pool, Clock::System, |_| {}).await
+}
+
+pub async fn spawn_app_with(
+    pool: PgPool,
+    clock: Clock,
+    configure: impl FnOnce(&mut ServeSettings),
+) -> TestApp {
+    let mut settings = ServeSettings {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        stripe_webhook_secret: parse_secrets(&format!("{SECRET},{OLD_SECRET}")).unwrap(),
+        ..ServeSettings::default()
+    };
+    configure(&mut settings);
+
+    let shutdown = CancellationToken::new();
+    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone())
+        .await
+        .expect("the application builds");
+    let address = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        pool,
+        client: reqwest::Client::new(),
+        shutdown,
+    }
+}
+
+impl TestApp {
+    /// POSTs `body` to /webhooks/stripe signed with the current secret, now.
+    pub async fn post_stripe(&self, body: &str) -> reqwest::Response {
+        let header = signature_header(SECRET, now(), body.as_bytes());
+        self.post_stripe_with(body.as_bytes().to_vec(), Some(&header))
+            .await
+    }
+
+    /// POSTs `body` with the given `Stripe-Signature` header (or none).
+    pub async fn post_stripe_with(&self, body: Vec<u8>, header: Option<&str>) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(format!("{}/webhooks/stripe", self.address))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(header) = header {
+            request = request.header("stripe-signature", header);
+        }
+        request.send().await.expect("the request is sent")
+    }
+
+    /// Delivers a Stripe event and expects 200 with `outcome`.
+    pub async fn deliver(&self, body: &str, outcome: &str) -> Value {
+        let response = self.post_stripe(body).await;
+        assert_eq!(response.status(), StatusCode::OK, "delivering {body}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["outcome"], outcome, "delivering {body}");
+        answer
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        // Table names come from the tests themselves, never from input.
+        sqlx::query_scalar(&format!("select count(*) from {table}"))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// `(outcome, detail)` of a stored event.
+    pub async fn event(&self, event_id: &str) -> (String, Value) {
+        sqlx::query_as("select outcome, detail from processed_events where provider = 'stripe' and event_id = $1")
+            .bind(event_id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("event {event_id}: {e}"))
+    }
+
+    pub async fn balance(&self, user_id: &str, currency: &str) -> Option<i64> {
+        sqlx::query_scalar("select balance_minor from wallets where user_id = $1 and currency = $2")
+            .bind(user_id)
+            .bind(currency)
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Nothing was written: the request was refused before any database work.
+    pub async fn assert_nothing_written(&self) {
+        for table in [
+            "processed_events",
+            "wallet_entries",
+            "wallets",
+            "payments",
+            "subscriptions",
+            "outbox",
+        ] {
+            assert_eq!(self.count(table).await, 0, "{table} has rows");
+        }
+    }
+
+    /// Invariants that hold after every test: each balance equals the sum of
+    /// its entries, and every entry and outbox row belongs to a recorded event.
+    pub async fn assert_consistent(&self) {
+        let mut conn = self.pool.acquire().await.unwrap();
+        let mismatches = ledger::mismatches(&mut conn).await.unwrap();
+        assert!(
+            mismatches.is_empty(),
+            "balances differ from their entries: {mismatches:?}"
+        );
+        let orphans: i64 = sqlx::query_scalar(
+            "select (select count(*) from wallet_entries w where not exists
+                        (select 1 from processed_events e where e.provider = w.provider and e.event_id = w.event_id))
+                  + (select count(*) from outbox o where not exists
+                        (select 1 from processed_events e where e.provider = o.provider and e.event_id = o.event_id))",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        assert_eq!(orphans, 0, "effects without their event");
+        let pending: i64 =
+            sqlx::query_scalar("select count(*) from processed_events where outcome = 'pending'")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+        assert_eq!(pending, 0, "events committed without an outcome");
+    }
+}
+
+// Stripe-shaped events, trimmed to what webhookd reads plus the envelope.
+
+fn envelope(event_id: &str, event_type: &str, created: i64, object: Value) -> String {
+    json!({
+        "id": event_id,
+        "object": "event",
+        "api_version": "2024-06-20",
+        "created": created,
+        "data": { "object": object },
+        "livemode": false,
+        "pending_webhooks": 1,
+        "request": { "id": null, "idempotency_key": null },
+        "type": event_type,
+    })
+    .to_string()
+}
+
+pub fn payment_intent_succeeded(
+    event_id: &str,
+    intent: &str,
+    user_id: &str,
+    amount: i64,
+) -> String {
+    envelope(
+        event_id,
+        "payment_intent.succeeded",
+        now(),
+        json!({
+            "id": intent,
+            "object": "payment_intent",
+            "amount": amount,
+            "amount_received": amount,
+            "currency": "usd",
+            "metadata": { "user_id": user_id },
+            "status": "succeeded",
+        }),
+    )
+}
+
+pub fn charge(
+    event_id: &str,
+    event_type: &str,
+    charge: &str,
+    intent: &str,
+    amount: i64,
+    refunded: i64,
+) -> String {
+    envelope(
+        event_id,
+        event_type,
+        now(),
+        json!({
+            "id": charge,
+            "object": "charge",
+            "amount": amount,
+            "amount_captured": amount,
+            "amount_refunded": refunded,
+            "currency": "usd",
+            "payment_intent": intent,
+            "metadata": { "user_id": "user_1" },
+            "refunded": refunded >= amount,
+            "status": "succeeded",
+            "created": now(),
+        }),
+    )
+}
+
+pub fn subscription(
+    event_id: &str,
+    event_type: &str,
+    subscription: &str,
+    status: &str,
+    created: i64,
+) -> String {
+    envelope(
+        event_id,
+        event_type,
+        created,
+        json!({
+            "id": subscription,
+            "object": "subscription",
+            "customer": "cus_1",
+            "status": status,
+            "metadata": { "user_id": "user_1" },
+            "items": { "object": "list", "data": [
+                { "id": "si_1", "price": { "id": "price_pro" }, "current_period_end": created + 2_592_000 }
+            ]},
+        }),
+    )
+}
+
+pub fn invoice_paid(event_id: &str, invoice: &str) -> String {
+    envelope(
+        event_id,
+        "invoice.paid",
+        now(),
+        json!({
+            "id": invoice,
+            "object": "invoice",
+            "customer": "cus_1",
+            "subscription": "sub_1",
+            "amount_paid": 2000,
+            "currency": "usd",
+        }),
+    )
+}
+
+pub fn event_of_type(event_id: &str, event_type: &str, object: Value) -> String {
+    envelope(event_id, event_type, now(), object)
+}

@@ -1,0 +1,5 @@
+mod helpers;
+mod ingest;
+mod lifecycle;
+mod signature;
+mod stripe;
