@@ -54,6 +54,12 @@ pub struct DatabaseSettings {
     /// How long a request waits for a pooled connection before answering 503.
     #[arg(long, env = "WEBHOOKD_DB_ACQUIRE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "5s", global = true)]
     pub db_acquire_timeout: Duration,
+
+    /// Postgres cancels any statement (a lock wait included) that runs longer,
+    /// and ends any transaction left idle that long; keep it below the
+    /// request timeout. Migrations are exempt.
+    #[arg(long, env = "WEBHOOKD_DB_STATEMENT_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s", global = true)]
+    pub db_statement_timeout: Duration,
 }
 
 impl DatabaseSettings {

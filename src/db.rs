@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use sqlx::Connection;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::config::DatabaseSettings;
 
@@ -14,22 +15,32 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 /// Opens the pool lazily: the server starts (and `/readyz` answers 503) even
 /// while the database is still coming up.
 pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
+    let millis = settings.db_statement_timeout.as_millis().max(1).to_string();
+    let options = connect_options(settings)?.options([
+        ("statement_timeout", millis.as_str()),
+        ("idle_in_transaction_session_timeout", millis.as_str()),
+    ]);
+    Ok(PgPoolOptions::new()
+        .max_connections(settings.db_max_connections.max(1))
+        .acquire_timeout(settings.db_acquire_timeout)
+        .idle_timeout(Some(Duration::from_secs(300)))
+        .connect_lazy_with(options))
+}
+
+fn connect_options(settings: &DatabaseSettings) -> anyhow::Result<PgConnectOptions> {
     let options: PgConnectOptions = settings
         .url()?
         .parse()
         .map_err(|_| anyhow::anyhow!("DATABASE_URL is not a valid Postgres connection string"))?;
-    Ok(pool_options(settings).connect_lazy_with(options.application_name("webhookd")))
+    Ok(options.application_name("webhookd"))
 }
 
-pub fn pool_options(settings: &DatabaseSettings) -> PgPoolOptions {
-    PgPoolOptions::new()
-        .max_connections(settings.db_max_connections.max(1))
-        .acquire_timeout(settings.db_acquire_timeout)
-        .idle_timeout(Some(Duration::from_secs(300)))
-}
-
-pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR.run(pool).await?;
+/// Applies pending migrations on a connection of their own, free of the
+/// pool's statement timeout.
+pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<()> {
+    let mut conn = PgConnection::connect_with(&connect_options(settings)?).await?;
+    MIGRATOR.run(&mut conn).await?;
+    conn.close().await?;
     Ok(())
 }
 
@@ -41,8 +52,12 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
         latest
     )
     .fetch_one(pool)
-    .await?;
-    Ok(applied)
+    .await;
+    match applied {
+        // No migration table yet: nothing applied.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(false),
+        other => other,
+    }
 }
 
 /// Serialises work on one natural key (e.g. a credit and the refunds that

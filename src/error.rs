@@ -21,6 +21,8 @@ pub enum ApiError {
     Signature(#[from] SignatureError),
     #[error("database unavailable")]
     Unavailable(#[source] sqlx::Error),
+    #[error("request timed out")]
+    TimedOut,
     #[error("unexpected error")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -39,7 +41,7 @@ impl ApiError {
         match self {
             ApiError::UnknownProvider => StatusCode::NOT_FOUND,
             ApiError::Signature(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::TimedOut => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

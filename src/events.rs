@@ -11,8 +11,10 @@ use crate::providers::VerifiedEvent;
 /// (a concurrent claim waits on the primary key until the first commits or
 /// rolls back, so exactly one delivery wins).
 pub async fn claim(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<bool, sqlx::Error> {
-    // The body was checked to be JSON before it got here, hence UTF-8.
-    let payload = std::str::from_utf8(event.raw()).map_err(|e| sqlx::Error::Decode(e.into()))?;
+    // Parsed as JSON before it got here, so this cannot fail in practice.
+    let payload = event
+        .stored_payload()
+        .map_err(|e| sqlx::Error::Decode(e.into()))?;
     let result = sqlx::query!(
         r#"
         insert into processed_events

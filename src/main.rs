@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::config::{Cli, Command, ServeSettings};
+use webhookd::config::{Cli, Command, DatabaseSettings, ServeSettings};
 use webhookd::startup::Application;
 use webhookd::{db, telemetry};
 
@@ -26,18 +26,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let pool = db::pool(&cli.database)?;
     match cli.command {
         Some(Command::Migrate) => {
-            db::migrate(&pool).await.context("migrations failed")?;
+            db::migrate(&cli.database)
+                .await
+                .context("migrations failed")?;
             tracing::info!("migrations applied");
-            pool.close().await;
             Ok(())
         }
-        Some(Command::Serve(settings)) => serve(*settings, pool).await,
-        None => serve(ServeSettings::default(), pool).await,
+        Some(Command::Serve(settings)) => serve(*settings, &cli.database, pool).await,
+        None => serve(ServeSettings::default(), &cli.database, pool).await,
     }
 }
 
-async fn serve(settings: ServeSettings, pool: sqlx::PgPool) -> anyhow::Result<()> {
-    db::migrate(&pool)
+async fn serve(
+    settings: ServeSettings,
+    database: &DatabaseSettings,
+    pool: sqlx::PgPool,
+) -> anyhow::Result<()> {
+    db::migrate(database)
         .await
         .context("migrations failed at start-up")?;
     let shutdown = CancellationToken::new();

@@ -12,7 +12,7 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::Applied;
+use super::{Applied, Outcome};
 use crate::ledger::{self, EntryKind, NewEntry, Posted};
 use crate::payments::{self, Payment};
 use crate::providers::{self, VerifiedEvent};
@@ -119,6 +119,9 @@ async fn apply_waiting_refunds(
 }
 
 /// Records the charge; the first event that announces it sends the receipt.
+/// The wallet credit belongs to `payment_intent.succeeded`: when that came
+/// first, this event is recorded `ignored` with the credit's owner (the
+/// payment row and its receipt are still written).
 async fn record_charge(
     conn: &mut PgConnection,
     event: &VerifiedEvent,
@@ -128,30 +131,40 @@ async fn record_charge(
         Err(reason) => return Ok(Applied::rejected(reason)),
     };
     let owner = payments::upsert(conn, &charge.payment(), Some(event.event_id())).await?;
-    match owner.as_deref() {
-        Some(owner) if owner != event.event_id() => {
-            Ok(Applied::owned_by("this charge was already recorded", owner))
-        }
-        _ => {
-            let payload = json!({
-                "payment_id": charge.id,
-                "payment_intent": charge.payment_intent,
-                "user_id": charge.user_id,
-                "amount_minor": charge.amount_minor,
-                "currency": charge.currency,
-                "status": charge.status,
-            });
-            let outbox_id = outbox::enqueue(
-                conn,
-                "payment.receipt",
-                PROVIDER,
-                event.event_id(),
-                &payload,
-            )
-            .await?;
-            Ok(Applied::processed(json!({ "outbox_id": outbox_id })))
-        }
+    if let Some(owner) = owner.as_deref().filter(|owner| *owner != event.event_id()) {
+        return Ok(Applied::owned_by("this charge was already recorded", owner));
     }
+    let payload = json!({
+        "payment_id": charge.id,
+        "payment_intent": charge.payment_intent,
+        "user_id": charge.user_id,
+        "amount_minor": charge.amount_minor,
+        "currency": charge.currency,
+        "status": charge.status,
+    });
+    let outbox_id = outbox::enqueue(
+        conn,
+        "payment.receipt",
+        PROVIDER,
+        event.event_id(),
+        &payload,
+    )
+    .await?;
+    let credit = match charge.payment_intent {
+        Some(intent) => ledger::find(conn, PROVIDER, EntryKind::Credit, intent).await?,
+        None => None,
+    };
+    Ok(match credit {
+        Some(credit) => Applied {
+            outcome: Outcome::Ignored,
+            detail: json!({
+                "reason": "the payment intent was already credited",
+                "owner_event_id": credit.event_id,
+                "receipt_outbox_id": outbox_id,
+            }),
+        },
+        None => Applied::processed(json!({ "outbox_id": outbox_id })),
+    })
 }
 
 /// Debits the wallet credited for the charge's PaymentIntent by
@@ -173,9 +186,10 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
             "charge.refunded without a positive amount_refunded",
         ));
     }
-    payments::upsert(conn, &charge.payment(), None).await?;
-
+    // The credit's lock first, always: a credit applying deferred refunds
+    // takes it before the payment row too, so the two cannot deadlock.
     db::lock_key(conn, PROVIDER, &credit_lock(payment_intent)).await?;
+    payments::upsert(conn, &charge.payment(), None).await?;
     let Some(credit) = ledger::find(conn, PROVIDER, EntryKind::Credit, payment_intent).await?
     else {
         events::defer(conn, PROVIDER, event.event_id(), payment_intent).await?;
@@ -294,10 +308,8 @@ async fn subscription(
             .or_else(|| str_at(object, "/plan/id"))
             .map(str::to_owned),
         // Newer API versions keep the period on the subscription item.
-        current_period_end: object
-            .pointer("/current_period_end")
-            .or_else(|| object.pointer("/items/data/0/current_period_end"))
-            .and_then(Value::as_i64),
+        current_period_end: unix_at(object, "/current_period_end")
+            .or_else(|| unix_at(object, "/items/data/0/current_period_end")),
     };
     match subscriptions::upsert(conn, &next, event_time, event.event_id()).await? {
         Upserted::Changed { previous } => {
@@ -350,6 +362,7 @@ impl<'a> PaymentIntent<'a> {
         let user_id = owner(object).ok_or("payment intent has no metadata.user_id")?;
         let amount_minor = object
             .get("amount_received")
+            .filter(|amount| !amount.is_null())
             .or_else(|| object.get("amount"))
             .and_then(Value::as_i64)
             .filter(|amount| *amount > 0)
@@ -415,7 +428,7 @@ impl<'a> Charge<'a> {
             amount_refunded_minor,
             currency,
             status,
-            created: object.get("created").and_then(Value::as_i64),
+            created: unix_at(object, "/created"),
         })
     }
 
@@ -445,6 +458,14 @@ fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
         .pointer(pointer)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
+}
+
+/// A Unix time at `pointer`, if it is one Postgres can store.
+fn unix_at(object: &Value, pointer: &str) -> Option<i64> {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_i64)
+        .filter(|t| providers::is_unix_time(*t))
 }
 
 /// An expandable reference: the id string, or the expanded object's `id`.
@@ -486,6 +507,9 @@ mod tests {
         );
         let object =
             json!({"id": "pi_1", "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}});
+        assert_eq!(PaymentIntent::parse(&object).unwrap().amount_minor, 500);
+        let object = json!({"id": "pi_1", "amount": 500, "amount_received": null,
+                            "currency": "usd", "metadata": {"user_id": "u1"}});
         assert_eq!(PaymentIntent::parse(&object).unwrap().amount_minor, 500);
     }
 

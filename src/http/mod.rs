@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
@@ -17,13 +18,12 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::map_response_body::MapResponseBodyLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::clock::Clock;
+use crate::error::ApiError;
 use crate::providers::stripe::StripeVerifier;
 
 /// What every handler shares. Cheap to clone.
@@ -65,7 +65,7 @@ pub fn router(state: AppState, limits: Limits) -> Router {
             MakeRequestUuid,
         ))
         .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+            TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
                 let request_id = request
                     .headers()
                     .get("x-request-id")
@@ -81,11 +81,10 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(x_request_id))
         .layer(CatchPanicLayer::custom(|_| internal_error()))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
+        .layer(middleware::from_fn_with_state(
             limits.request_timeout,
+            timeout,
         ))
-        .layer(MapResponseBodyLayer::new(axum::body::Body::new))
         .layer(RequestBodyLimitLayer::new(limits.max_body_bytes));
 
     Router::new()
@@ -95,6 +94,15 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         .layer(DefaultBodyLimit::disable())
         .layer(middleware)
         .with_state(state)
+}
+
+/// Answers 503 (with Retry-After) when a request outlives its deadline. The
+/// handler's future is dropped, so its transaction rolls back.
+async fn timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::TimedOut.into_response(),
+    }
 }
 
 fn internal_error() -> Response {

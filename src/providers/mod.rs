@@ -19,6 +19,8 @@ pub struct VerifiedEvent {
     created: Option<i64>,
     object: Value,
     raw: Bytes,
+    /// What to store instead of `raw` when `raw` cannot be stored as is.
+    stored: Option<String>,
 }
 
 impl VerifiedEvent {
@@ -45,9 +47,18 @@ impl VerifiedEvent {
         &self.object
     }
 
-    /// The exact bytes that were verified, kept for audit and replay.
+    /// The exact bytes that were verified.
     pub fn raw(&self) -> &Bytes {
         &self.raw
+    }
+
+    /// The payload to keep for audit and replay: the verified bytes, except
+    /// that NUL characters (which Postgres `jsonb` cannot hold) become U+FFFD.
+    pub fn stored_payload(&self) -> Result<&str, std::str::Utf8Error> {
+        match &self.stored {
+            Some(stored) => Ok(stored),
+            None => std::str::from_utf8(&self.raw),
+        }
     }
 }
 
@@ -88,13 +99,44 @@ pub fn is_identifier(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_ID_LEN && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
-/// Postgres `jsonb` cannot hold the NUL character: refuse such a body up
-/// front (400) rather than fail its transaction on every retry.
-fn check_storable(body: &[u8]) -> Result<(), SignatureError> {
-    if body.windows(6).any(|w| w == br"\u0000") {
-        return Err(SignatureError::InvalidPayload(
-            "contains \\u0000, which cannot be stored",
-        ));
+/// Unix seconds from 1970 up to the end of year 9999: what Postgres
+/// `timestamptz` and the providers agree on.
+pub fn is_unix_time(t: i64) -> bool {
+    (0..=253_402_300_799).contains(&t)
+}
+
+/// Replaces the NUL characters in `value` (parsed from `raw`) with U+FFFD,
+/// since Postgres `jsonb` cannot store them. Returns whether anything changed.
+fn scrub_nul(raw: &[u8], value: &mut Value) -> bool {
+    // JSON can only carry NUL as the escape `\u0000`: skip the walk without it.
+    if !raw.windows(6).any(|w| w == br"\u0000") {
+        return false;
     }
-    Ok(())
+    scrub(value)
+}
+
+fn scrub(value: &mut Value) -> bool {
+    match value {
+        Value::String(s) if s.contains('\0') => {
+            *s = s.replace('\0', "\u{FFFD}");
+            true
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |changed, item| scrub(item) | changed),
+        Value::Object(fields) => {
+            let mut changed = false;
+            if fields.keys().any(|k| k.contains('\0')) {
+                *fields = std::mem::take(fields)
+                    .into_iter()
+                    .map(|(k, v)| (k.replace('\0', "\u{FFFD}"), v))
+                    .collect();
+                changed = true;
+            }
+            fields
+                .values_mut()
+                .fold(changed, |changed, item| scrub(item) | changed)
+        }
+        _ => false,
+    }
 }

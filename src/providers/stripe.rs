@@ -10,12 +10,11 @@ use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use secrecy::ExposeSecret;
-use serde::Deserialize;
 use serde_json::Value;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::{SignatureError, VerifiedEvent, check_storable, is_identifier};
+use super::{SignatureError, VerifiedEvent, is_identifier, is_unix_time, scrub_nul};
 use crate::config::Secrets;
 
 pub const PROVIDER: &str = "stripe";
@@ -163,38 +162,39 @@ pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
     )
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    id: String,
-    #[serde(rename = "type")]
-    event_type: String,
-    created: Option<i64>,
-    data: Option<Data>,
-}
-
-#[derive(Deserialize)]
-struct Data {
-    object: Value,
-}
-
 fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError> {
-    let envelope: Envelope = serde_json::from_slice(body).map_err(|_| {
-        SignatureError::InvalidPayload("expected an object with id, type and created")
-    })?;
-    check_storable(body)?;
-    if !is_identifier(&envelope.id) {
-        return Err(SignatureError::InvalidPayload("no usable event id"));
-    }
-    if !is_identifier(&envelope.event_type) {
-        return Err(SignatureError::InvalidPayload("no usable event type"));
-    }
+    let mut envelope: Value = serde_json::from_slice(body)
+        .map_err(|_| SignatureError::InvalidPayload("body is not valid JSON"))?;
+    let stored = scrub_nul(body, &mut envelope).then(|| envelope.to_string());
+    let Value::Object(fields) = &mut envelope else {
+        return Err(SignatureError::InvalidPayload("expected a JSON object"));
+    };
+    let event_id = match fields.get("id") {
+        Some(Value::String(id)) if is_identifier(id) => id.clone(),
+        _ => return Err(SignatureError::InvalidPayload("no usable event id")),
+    };
+    let event_type = match fields.get("type") {
+        Some(Value::String(kind)) if is_identifier(kind) => kind.clone(),
+        _ => return Err(SignatureError::InvalidPayload("no usable event type")),
+    };
+    let created = match fields.get("created") {
+        None | Some(Value::Null) => None,
+        Some(created) => Some(created.as_i64().filter(|t| is_unix_time(*t)).ok_or(
+            SignatureError::InvalidPayload("created is not a Unix timestamp"),
+        )?),
+    };
+    let object = fields
+        .get_mut("data")
+        .and_then(|data| data.get_mut("object"))
+        .map_or(Value::Null, Value::take);
     Ok(VerifiedEvent {
         provider: PROVIDER,
-        event_id: envelope.id,
-        event_type: envelope.event_type,
-        created: envelope.created,
-        object: envelope.data.map_or(Value::Null, |d| d.object),
+        event_id,
+        event_type,
+        created,
+        object,
         raw: body.clone(),
+        stored,
     })
 }
 

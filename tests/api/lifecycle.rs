@@ -1,6 +1,7 @@
 //! The real binary: `migrate`, `serve`, and a clean exit on SIGTERM.
 
-use std::process::{Command, Stdio};
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -38,12 +39,103 @@ async fn migrations_are_idempotent(pool: PgPool) {
     assert!(webhookd::db::migrations_applied(&pool).await.unwrap());
 }
 
+/// The real binary, serving on a free port.
+struct Server {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Server {
+    async fn start(database_url: &str) -> Server {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
+            .env("DATABASE_URL", database_url)
+            .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("STRIPE_WEBHOOK_SECRET", SECRET)
+            .env("WEBHOOKD_LOG_FORMAT", "json")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+        };
+        // Wait (bounded) until it answers: start-up, not a correctness sleep.
+        for _ in 0..400 {
+            let response = server
+                .client
+                .get(format!("{}/readyz", server.base))
+                .send()
+                .await;
+            if response.is_ok_and(|r| r.status() == StatusCode::OK) {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the server did not become ready");
+    }
+
+    fn post(
+        &self,
+        body: String,
+    ) -> impl Future<Output = reqwest::Result<reqwest::Response>> + use<> {
+        self.client
+            .post(format!("{}/webhooks/stripe", self.base))
+            .header(
+                "stripe-signature",
+                signature_header(SECRET, now(), body.as_bytes()),
+            )
+            .body(body)
+            .send()
+    }
+
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    /// Waits for the process to exit; its status and everything it logged.
+    async fn wait(mut self) -> (ExitStatus, String) {
+        tokio::task::spawn_blocking(move || {
+            let status = self.child.wait().unwrap();
+            let mut logs = String::new();
+            self.child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut logs)
+                .unwrap();
+            self.child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut logs)
+                .unwrap();
+            (status, logs)
+        })
+        .await
+        .unwrap()
+    }
+}
+
+async fn balance(pool: &PgPool, user_id: &str) -> Option<i64> {
+    sqlx::query_scalar("select balance_minor from wallets where user_id = $1")
+        .bind(user_id)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+}
+
 #[sqlx::test(migrations = false)]
 async fn the_binary_migrates_serves_and_stops_cleanly_on_sigterm(pool: PgPool) {
     let url = database_url(&pool);
-    let binary = env!("CARGO_BIN_EXE_webhookd");
-
-    let migrate = Command::new(binary)
+    let migrate = Command::new(env!("CARGO_BIN_EXE_webhookd"))
         .arg("migrate")
         .env("DATABASE_URL", &url)
         .output()
@@ -55,85 +147,104 @@ async fn the_binary_migrates_serves_and_stops_cleanly_on_sigterm(pool: PgPool) {
     );
     assert!(webhookd::db::migrations_applied(&pool).await.unwrap());
 
-    let port = free_port();
-    let mut server = Command::new(binary)
-        .env("DATABASE_URL", &url)
-        .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("STRIPE_WEBHOOK_SECRET", SECRET)
-        .env("WEBHOOKD_LOG_FORMAT", "json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-
-    // Wait (bounded) until it answers; this is start-up, not a correctness sleep.
-    let mut ready = false;
-    for _ in 0..200 {
-        let response = client.get(format!("{base}/readyz")).send().await;
-        if response.is_ok_and(|r| r.status() == StatusCode::OK) {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "the server did not become ready");
-
+    let server = Server::start(&url).await;
     let body = payment_intent_succeeded("evt_bin", "pi_bin", "user_bin", 4200);
-    let response = client
-        .post(format!("{base}/webhooks/stripe"))
-        .header(
-            "stripe-signature",
-            signature_header(SECRET, now(), body.as_bytes()),
-        )
-        .body(body)
-        .send()
+    let response = server.post(body).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(balance(&pool, "user_bin").await, Some(4200));
+
+    server.signal("-TERM");
+    let (status, logs) = server.wait().await;
+    assert!(status.success(), "exit status {status:?}; logs:\n{logs}");
+    assert!(
+        logs.contains("\"event_id\":\"evt_bin\""),
+        "every webhook is logged with its event id:\n{logs}"
+    );
+    assert!(!logs.contains(SECRET), "the secret reached the logs");
+}
+
+#[sqlx::test]
+async fn a_server_killed_mid_transaction_leaves_nothing_and_the_retry_applies(pool: PgPool) {
+    let url = database_url(&pool);
+    let server = Server::start(&url).await;
+    let first = payment_intent_succeeded("evt_before", "pi_before", "user_crash", 100);
+    assert_eq!(server.post(first).await.unwrap().status(), StatusCode::OK);
+
+    // Hold the wallet row: the next delivery stops inside its transaction,
+    // after its claim and its ledger entry, waiting for the wallet update.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("select 1 from wallets where user_id = 'user_crash' for update")
+        .execute(&mut *holder)
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let balance: i64 =
-        sqlx::query_scalar("select balance_minor from wallets where user_id = 'user_bin'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(balance, 4200);
-
-    let killed = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status()
+    let second = payment_intent_succeeded("evt_crash", "pi_crash", "user_crash", 50);
+    let in_flight = tokio::spawn(server.post(second.clone()));
+    let mut waiting = false;
+    for _ in 0..400 {
+        let blocked: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where application_name = 'webhookd' and wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await
         .unwrap();
-    assert!(killed.success());
-    let output = tokio::task::spawn_blocking(move || {
-        let status = server.wait().unwrap();
-        let mut logs = String::new();
-        use std::io::Read;
-        server
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut logs)
-            .unwrap();
-        server
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut logs)
-            .unwrap();
-        (status, logs)
-    })
-    .await
-    .unwrap();
+        if blocked > 0 {
+            waiting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(waiting, "the delivery never reached the wallet update");
+
+    server.signal("-KILL");
+    let (status, _) = server.wait().await;
+    assert!(!status.success());
     assert!(
-        output.0.success(),
-        "exit status {:?}; logs:\n{}",
-        output.0,
-        output.1
+        in_flight.await.unwrap().is_err(),
+        "a killed server answered"
     );
-    assert!(
-        output.1.contains("\"event_id\":\"evt_bin\""),
-        "every webhook is logged with its event id:\n{}",
-        output.1
+    holder.rollback().await.unwrap();
+
+    // Postgres rolls the orphaned transaction back once its backend notices
+    // the client is gone; wait for that backend to end.
+    let mut gone = false;
+    for _ in 0..400 {
+        let backends: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where application_name = 'webhookd'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if backends == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(gone, "the killed server's connections outlived it");
+    let events: Vec<String> = sqlx::query_scalar("select event_id from processed_events")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        events,
+        ["evt_before"],
+        "neither the claim nor its effects survive"
     );
-    assert!(!output.1.contains(SECRET), "the secret reached the logs");
+    assert_eq!(balance(&pool, "user_crash").await, Some(100));
+
+    // The provider retries against a new process: applied exactly once.
+    let restarted = Server::start(&url).await;
+    let response = restarted.post(second).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(answer["outcome"], "processed");
+    assert_eq!(balance(&pool, "user_crash").await, Some(150));
+    let entries: i64 = sqlx::query_scalar("select count(*) from wallet_entries")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(entries, 2);
+    restarted.signal("-TERM");
+    assert!(restarted.wait().await.0.success());
 }

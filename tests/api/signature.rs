@@ -155,8 +155,19 @@ async fn forged_deliveries_are_refused_and_write_nothing(pool: PgPool) {
         let response = app.post_stripe_with(body, header.as_deref()).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{case}");
         let answer: serde_json::Value = response.json().await.unwrap();
-        assert!(answer["error"].is_string(), "{case}: {answer}");
-        assert!(!answer.to_string().contains(SECRET), "{case}");
+        let error = answer["error"].as_str().unwrap_or_default().to_owned();
+        let expected = match case {
+            "tampered body"
+            | "wrong secret"
+            | "signature of another timestamp"
+            | "body signed without timestamp" => "signature does not match",
+            "missing header" => "missing signature header Stripe-Signature",
+            "v0 only" | "empty v1" | "truncated v1" | "upper-case v1" | "space after comma" => {
+                "no signature of a supported scheme"
+            }
+            _ => "malformed signature header",
+        };
+        assert!(error.starts_with(expected), "{case}: {error}");
     }
     app.assert_nothing_written().await;
 }
@@ -172,18 +183,26 @@ fn hmac_hex(secret: &str, data: &[u8]) -> String {
 async fn a_header_with_invalid_bytes_is_refused(pool: PgPool) {
     let app = spawn_app(pool).await;
     let body = payment_intent_succeeded("evt_bytes", "pi_bytes", "user_1", 100);
+    // A valid, fresh signature; the stray bytes sit in an item that would be ignored.
+    let mut header = signature_header(SECRET, now(), body.as_bytes()).into_bytes();
+    header.extend_from_slice(b",x=\xff\xfe");
     let response = app
         .client
         .post(format!("{}/webhooks/stripe", app.address))
         .header(
             "stripe-signature",
-            reqwest::header::HeaderValue::from_bytes(b"t=1,v1=\xff\xfe").unwrap(),
+            reqwest::header::HeaderValue::from_bytes(&header).unwrap(),
         )
         .body(body)
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let answer: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(
+        answer["error"],
+        "malformed signature header: not visible ASCII"
+    );
     app.assert_nothing_written().await;
 }
 
@@ -226,7 +245,6 @@ async fn a_signed_body_that_is_not_an_event_is_refused(pool: PgPool) {
         r#"{"id":42,"type":"payment_intent.succeeded"}"#,
         r#"{"id":"evt 1","type":"payment_intent.succeeded"}"#,
         r#"{"id":"evt_1","type":"x","created":"yesterday"}"#,
-        r#"{"id":"evt_1","type":"x","data":{"object":{"note":"nul \u0000 here"}}}"#,
         long_id.as_str(),
     ] {
         let response = app.post_stripe(body).await;

@@ -77,11 +77,17 @@ async fn a_charge_for_an_already_credited_intent_records_the_payment_but_credits
         "processed",
     )
     .await;
-    app.deliver(
-        &charge("evt_ch", "charge.succeeded", "ch_1", "pi_1", 5000, 0),
-        "processed",
-    )
-    .await;
+    // The credit belongs to payment_intent.succeeded: the charge is recorded,
+    // its receipt sent, and the event marked ignored with the credit's owner.
+    let answer = app
+        .deliver(
+            &charge("evt_ch", "charge.succeeded", "ch_1", "pi_1", 5000, 0),
+            "ignored",
+        )
+        .await;
+    assert_eq!(answer["event_id"], "evt_ch");
+    let (_, detail) = app.event("evt_ch").await;
+    assert_eq!(detail["owner_event_id"], "evt_pi");
     // The same charge announced again under another event id.
     let answer = app
         .deliver(
@@ -264,10 +270,11 @@ async fn a_late_charge_succeeded_never_moves_a_refunded_payment_back(pool: PgPoo
         "processed",
     )
     .await;
-    // The receipt still goes out: this is the first event announcing the charge.
+    // The intent is credited already, so the charge is `ignored`; its row
+    // keeps the refunded state.
     app.deliver(
         &charge("evt_ch", "charge.succeeded", "ch_1", "pi_1", 900, 0),
-        "processed",
+        "ignored",
     )
     .await;
 
@@ -525,5 +532,27 @@ async fn one_users_dollars_from_several_payments_share_one_wallet(pool: PgPool) 
     assert_eq!(app.count("wallets").await, 2);
     assert_eq!(app.balance("user_1", "USD").await, Some(350));
     assert_eq!(app.balance("user_2", "USD").await, Some(75));
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn a_charge_before_its_intent_is_credited_is_processed(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    app.deliver(
+        &charge("evt_ch", "charge.succeeded", "ch_1", "pi_1", 700, 0),
+        "processed",
+    )
+    .await;
+    app.deliver(
+        &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 700),
+        "processed",
+    )
+    .await;
+    assert_eq!(app.balance("user_1", "USD").await, Some(700));
+    let topics: Vec<String> = sqlx::query_scalar("select topic from outbox order by id")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(topics, ["payment.receipt", "wallet.credited"]);
     app.assert_consistent().await;
 }

@@ -1,0 +1,102 @@
+# Shared by scripts/run.sh and scripts/test.sh: find or start a Postgres.
+# Sourced, not executed.
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+require_cargo() {
+    command -v cargo >/dev/null 2>&1 || die "cargo is not installed; install Rust with rustup (https://rustup.rs) and rerun"
+}
+
+# Directory holding initdb, pg_ctl and postgres; installs Debian's
+# PostgreSQL server package when none is present and we are root.
+pg_bindir() {
+    local dir
+    dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    if [ -z "$dir" ] && command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
+        dir=$(pg_config --bindir)
+    fi
+    if [ -z "$dir" ] && command -v initdb >/dev/null 2>&1; then
+        dir=$(dirname "$(command -v initdb)")
+    fi
+    if [ -z "$dir" ]; then
+        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+            log "installing PostgreSQL (Debian package)"
+            apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2 \
+                || die "could not install PostgreSQL"
+            dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+        fi
+    fi
+    [ -n "$dir" ] || die "PostgreSQL server binaries (initdb, pg_ctl) not found: install PostgreSQL or set DATABASE_URL"
+    printf '%s\n' "$dir"
+}
+
+# Postgres refuses to run as root: as root, run the cluster as an
+# unprivileged user (Debian's `postgres`, else a `webhookd` system user).
+pg_user() {
+    if [ "$(id -u)" -ne 0 ]; then
+        id -un
+    elif id postgres >/dev/null 2>&1; then
+        echo postgres
+    else
+        id webhookd >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin webhookd
+        echo webhookd
+    fi
+}
+
+as_pg_user() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u "$PG_USER" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+    local port=${1:-54329}
+    while port_in_use "$port"; do port=$((port + 1)); done
+    echo "$port"
+}
+
+# start_cluster DATADIR [extra postgres -c settings...]
+# Initialises DATADIR if needed, starts Postgres on a free loopback port and
+# exports DATABASE_URL and PG_CLUSTER_DIR. Stop it with stop_cluster.
+start_cluster() {
+    local datadir=$1; shift
+    local bindir port settings=""
+    bindir=$(pg_bindir)
+    PG_USER=$(pg_user)
+    PG_BINDIR=$bindir
+    mkdir -p "$datadir"
+    if [ "$(id -u)" -eq 0 ]; then chown "$PG_USER" "$datadir"; fi
+    chmod 700 "$datadir"
+    if [ ! -f "$datadir/PG_VERSION" ]; then
+        log "initialising a Postgres cluster in $datadir"
+        as_pg_user "$bindir/initdb" -D "$datadir" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null \
+            || die "initdb failed"
+    fi
+    port=$(free_port "${WEBHOOKD_PG_PORT:-54329}")
+    for setting in "$@"; do settings="$settings -c $setting"; done
+    as_pg_user "$bindir/pg_ctl" -D "$datadir" -l "$datadir/server.log" -w -t 60 \
+        -o "-p $port -k $datadir -c listen_addresses=127.0.0.1 $settings" start >/dev/null \
+        || { cat "$datadir/server.log" >&2; die "Postgres did not start"; }
+    PG_CLUSTER_DIR=$datadir
+    export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+    log "Postgres is running on 127.0.0.1:$port"
+}
+
+stop_cluster() {
+    if [ -n "${PG_CLUSTER_DIR:-}" ] && [ -f "$PG_CLUSTER_DIR/postmaster.pid" ]; then
+        as_pg_user "$PG_BINDIR/pg_ctl" -D "$PG_CLUSTER_DIR" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+}
+
+# Fails with a clear message when DATABASE_URL does not answer.
+check_database_url() {
+    local bindir
+    bindir=$(pg_bindir)
+    "$bindir/pg_isready" -q -t 10 -d "$DATABASE_URL" \
+        || die "DATABASE_URL is set but that database does not answer"
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every check and test. Uses DATABASE_URL when it is set; otherwise
+# starts a throwaway Postgres cluster on a free port and removes it after.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+require_cargo
+export SQLX_OFFLINE=true   # queries are checked against the committed .sqlx data
+export RUST_BACKTRACE=${RUST_BACKTRACE:-0}
+
+if [ -n "${DATABASE_URL:-}" ]; then
+    check_database_url
+    log "testing against DATABASE_URL"
+else
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-test-pg.XXXXXX")
+    chmod 755 "$scratch"
+    trap 'stop_cluster; rm -rf "$scratch"' EXIT
+    # A scratch cluster: durability is not what these tests measure.
+    start_cluster "$scratch/data" fsync=off synchronous_commit=off full_page_writes=off max_connections=200
+fi
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy"
+cargo clippy --locked --all-targets -- -D warnings
+log "cargo test"
+cargo test --locked --all-targets -- "$@"
