@@ -84,7 +84,7 @@ start_cluster() {
         || { cat "$datadir/server.log" >&2; die "Postgres did not start"; }
     PG_CLUSTER_DIR=$datadir
     export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
-    log "Postgres is running on 127.0.0.1:$port"
+    log "Postgres is running: DATABASE_URL=$DATABASE_URL"
 }
 
 stop_cluster() {
