@@ -181,6 +181,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
     let (status, Json(body)) = health::readyz(State(stopping)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["reason"], "shutting down");
+    app.assert_consistent().await;
 }
 
 #[sqlx::test(migrations = false)]
@@ -339,6 +340,7 @@ async fn racing_subscription_events_settle_on_the_newest(pool: PgPool) {
         (status.as_str(), event_id.as_str()),
         ("active", "evt_sub_7")
     );
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -357,6 +359,7 @@ async fn the_verified_payload_and_event_time_are_stored(pool: PgPool) {
     assert_eq!(payload, sent);
     assert_eq!(created, sent["created"].as_i64().unwrap());
     assert_eq!(event_type, "payment_intent.succeeded");
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -382,6 +385,7 @@ async fn nul_characters_are_stored_as_replacement_characters(pool: PgPool) {
     .unwrap();
     assert_eq!(descriptions, ["a\u{FFFD}b", "a\\u0000b"]);
     assert_eq!(app.balance("user_1", "USD").await, Some(200));
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -417,4 +421,5 @@ async fn timestamps_postgres_cannot_store_never_fail_a_transaction(pool: PgPool)
     .await
     .unwrap();
     assert_eq!(end, None);
+    app.assert_consistent().await;
 }

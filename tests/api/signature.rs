@@ -64,6 +64,7 @@ async fn the_previous_secret_still_verifies_during_a_rotation(pool: PgPool) {
     let response = app.post_stripe_with(body.into_bytes(), Some(&header)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(app.count("processed_events").await, 1);
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -204,6 +205,7 @@ async fn a_header_with_invalid_bytes_is_refused(pool: PgPool) {
         "malformed signature header: not visible ASCII"
     );
     app.assert_nothing_written().await;
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -229,6 +231,7 @@ async fn timestamps_outside_the_tolerance_are_refused_in_both_directions(pool: P
         assert_eq!(response.status(), StatusCode::OK, "{case}");
     }
     assert_eq!(app.count("processed_events").await, 2);
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -251,6 +254,7 @@ async fn a_signed_body_that_is_not_an_event_is_refused(pool: PgPool) {
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{body}");
     }
     app.assert_nothing_written().await;
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -273,6 +277,7 @@ async fn an_unknown_or_unconfigured_provider_is_not_found(pool: PgPool) {
     let response = unconfigured.post_stripe(&body).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     unconfigured.assert_nothing_written().await;
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -291,6 +296,7 @@ async fn a_body_over_the_limit_is_refused_with_413(pool: PgPool) {
     let body = payment_intent_succeeded("evt_small", "pi_small", "user_1", 100);
     assert!(body.len() < 4096);
     app.deliver(&body, "processed").await;
+    app.assert_consistent().await;
 }
 
 // Pure properties of the parser and verifier: no database, no HTTP.

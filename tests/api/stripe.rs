@@ -357,6 +357,7 @@ async fn subscription_state_never_moves_backwards(pool: PgPool) {
             .await
             .unwrap();
     assert_eq!(status, "past_due");
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -422,6 +423,7 @@ async fn on_a_tie_a_canceled_subscription_is_not_revived(pool: PgPool) {
             ("sub_2".to_owned(), "active".to_owned())
         ]
     );
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -445,6 +447,7 @@ async fn a_paid_invoice_is_announced_once(pool: PgPool) {
     assert_eq!(rows[0].2["currency"], "USD");
     let (_, detail) = app.event("evt_inv_again").await;
     assert_eq!(detail["owner_event_id"], "evt_inv");
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -459,6 +462,7 @@ async fn unknown_event_types_are_recorded_as_ignored(pool: PgPool) {
     assert_eq!(outcome, "ignored");
     assert_eq!(app.count("outbox").await, 0);
     assert_eq!(app.count("wallets").await, 0);
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
