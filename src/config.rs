@@ -82,6 +82,16 @@ pub struct ServeSettings {
     #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
     pub stripe_webhook_secret: Secrets,
 
+    /// Razorpay webhook secrets, comma-separated; any one may match (Razorpay
+    /// retries older events with the old secret). Unset: /webhooks/razorpay is 404.
+    #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
+    pub razorpay_webhook_secret: Secrets,
+
+    /// Generic sources, read from `WEBHOOKD_SOURCE_<NAME>_SCHEME` and
+    /// `WEBHOOKD_SOURCE_<NAME>_SECRET` (see [`sources_from_env`]).
+    #[arg(skip)]
+    pub sources: Vec<SourceSettings>,
+
     /// Largest accepted difference, in seconds, between a signed timestamp and
     /// now, in either direction.
     #[arg(long, env = "WEBHOOKD_TOLERANCE_SECS", default_value_t = 300)]
@@ -112,6 +122,72 @@ impl Default for ServeSettings {
         }
         Only::parse_from(["webhookd"]).serve
     }
+}
+
+/// A generic source mounted at `POST /webhooks/<name>`.
+#[derive(Debug, Clone)]
+pub struct SourceSettings {
+    /// Lower case; the `provider` column of its events.
+    pub name: String,
+    pub scheme: SourceScheme,
+    pub secrets: Secrets,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SourceScheme {
+    StandardWebhooks,
+    Github,
+    Shopify,
+}
+
+/// Names that belong to the built-in providers.
+const RESERVED_SOURCE_NAMES: [&str; 2] = ["stripe", "razorpay"];
+
+/// Reads every `WEBHOOKD_SOURCE_<NAME>_SCHEME` (with its
+/// `WEBHOOKD_SOURCE_<NAME>_SECRET`) from `vars`, sorted by name. A scheme
+/// without a secret, an unknown scheme or a reserved name is an error: a
+/// source is never mounted half-configured.
+pub fn sources_from_env(
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> anyhow::Result<Vec<SourceSettings>> {
+    let vars: std::collections::BTreeMap<String, String> = vars.into_iter().collect();
+    let mut sources = Vec::new();
+    for (key, scheme) in &vars {
+        let Some(upper) = key
+            .strip_prefix("WEBHOOKD_SOURCE_")
+            .and_then(|rest| rest.strip_suffix("_SCHEME"))
+        else {
+            continue;
+        };
+        if upper.is_empty()
+            || !upper
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            anyhow::bail!("{key}: a source name is upper-case letters, digits and underscores");
+        }
+        let name = upper.to_ascii_lowercase();
+        if RESERVED_SOURCE_NAMES.contains(&name.as_str()) {
+            anyhow::bail!("{key}: `{name}` is a built-in provider, not a generic source");
+        }
+        let scheme = SourceScheme::from_str(scheme.trim(), true).map_err(|_| {
+            anyhow::anyhow!("{key}: unknown scheme; expected standard-webhooks, github or shopify")
+        })?;
+        let secret_key = format!("WEBHOOKD_SOURCE_{upper}_SECRET");
+        let secrets = parse_secrets(vars.get(&secret_key).map_or("", String::as_str))
+            .map_err(anyhow::Error::msg)?;
+        if secrets.is_empty() {
+            anyhow::bail!(
+                "{key} is set but {secret_key} is not: a source is never accepted unverified"
+            );
+        }
+        sources.push(SourceSettings {
+            name,
+            scheme,
+            secrets,
+        });
+    }
+    Ok(sources)
 }
 
 /// A list of signing secrets. Debug output never shows them.
@@ -185,6 +261,62 @@ mod tests {
         assert_eq!(serve.listen, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(serve.tolerance_secs, 300);
         assert_eq!(serve.max_body_bytes, 2 * 1024 * 1024);
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn sources_are_read_from_the_environment() {
+        let sources = sources_from_env(env(&[
+            ("WEBHOOKD_SOURCE_GH_SCHEME", "github"),
+            ("WEBHOOKD_SOURCE_GH_SECRET", "a,b"),
+            ("WEBHOOKD_SOURCE_MY_SHOP_SCHEME", "Shopify"),
+            ("WEBHOOKD_SOURCE_MY_SHOP_SECRET", "s"),
+            ("WEBHOOKD_SOURCE_SVIX_SCHEME", "standard-webhooks"),
+            ("WEBHOOKD_SOURCE_SVIX_SECRET", "whsec_c2VjcmV0"),
+            ("UNRELATED", "x"),
+        ]))
+        .unwrap();
+        let summary: Vec<_> = sources
+            .iter()
+            .map(|s| (s.name.as_str(), s.scheme, s.secrets.iter().count()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("gh", SourceScheme::Github, 2),
+                ("my_shop", SourceScheme::Shopify, 1),
+                ("svix", SourceScheme::StandardWebhooks, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn half_configured_sources_are_refused() {
+        for vars in [
+            env(&[("WEBHOOKD_SOURCE_GH_SCHEME", "github")]),
+            env(&[
+                ("WEBHOOKD_SOURCE_GH_SCHEME", "gitlab"),
+                ("WEBHOOKD_SOURCE_GH_SECRET", "s"),
+            ]),
+            env(&[
+                ("WEBHOOKD_SOURCE_STRIPE_SCHEME", "github"),
+                ("WEBHOOKD_SOURCE_STRIPE_SECRET", "s"),
+            ]),
+            env(&[
+                ("WEBHOOKD_SOURCE_g-h_SCHEME", "github"),
+                ("WEBHOOKD_SOURCE_g-h_SECRET", "s"),
+            ]),
+        ] {
+            let error = sources_from_env(vars.clone()).unwrap_err().to_string();
+            assert!(!error.contains("\"s\""), "{error}");
+            assert!(error.contains("WEBHOOKD_SOURCE_"), "{vars:?}: {error}");
+        }
     }
 
     #[test]

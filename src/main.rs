@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::config::{Cli, Command, DatabaseSettings, ServeSettings};
+use webhookd::config::{self, Cli, Command, DatabaseSettings, ServeSettings};
 use webhookd::startup::Application;
 use webhookd::{db, telemetry};
 
@@ -38,10 +38,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(
-    settings: ServeSettings,
+    mut settings: ServeSettings,
     database: &DatabaseSettings,
     pool: sqlx::PgPool,
 ) -> anyhow::Result<()> {
+    settings.sources = config::sources_from_env(std::env::vars())?;
     db::migrate(database)
         .await
         .context("migrations failed at start-up")?;

@@ -1,7 +1,6 @@
 //! Wires configuration, the pool and the router into a running server.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::config::ServeSettings;
 use crate::http::{self, AppState, Limits};
-use crate::providers::stripe::StripeVerifier;
+use crate::providers::Providers;
 
 pub struct Application {
     listener: TcpListener,
@@ -29,13 +28,14 @@ impl Application {
         clock: Clock,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
-        let stripe = StripeVerifier::new(&settings.stripe_webhook_secret, settings.tolerance_secs);
-        if stripe.is_none() {
-            tracing::warn!("STRIPE_WEBHOOK_SECRET is not set: /webhooks/stripe answers 404");
+        let providers = Providers::from_settings(settings)?;
+        if providers.names().is_empty() {
+            tracing::warn!("no provider has a secret configured: every /webhooks/... answers 404");
         }
+        tracing::info!(providers = ?providers.names(), "mounted providers");
         let state = AppState {
             pool,
-            stripe: stripe.map(Arc::new),
+            providers,
             clock,
             shutdown: shutdown.clone(),
         };

@@ -2,13 +2,22 @@
 //! provider. Effects run inside the ingest transaction and take
 //! `&mut PgConnection`; they never open, commit or roll back a transaction.
 
+mod money;
+pub mod razorpay;
+pub mod source;
 pub mod stripe;
+
+use std::future::Future;
+use std::pin::Pin;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use crate::providers::VerifiedEvent;
+use crate::events;
+use crate::outbox;
+use crate::providers::{self, Kind, VerifiedEvent};
+use crate::subscriptions::{self, Subscription, Upserted};
 
 /// What became of one delivery. Stored in `processed_events.outcome` and
 /// answered in the response body.
@@ -96,8 +105,172 @@ impl Applied {
 
 /// Applies `event`'s effects for its provider.
 pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
-    match event.provider() {
-        stripe::PROVIDER => stripe::apply(conn, event).await,
-        _ => Ok(Applied::ignored("no effects for this provider")),
+    match event.kind() {
+        Kind::Stripe => stripe::apply(conn, event).await,
+        Kind::Razorpay => razorpay::apply(conn, event).await,
+        Kind::Source => source::apply(conn, event).await,
+    }
+}
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'a>>;
+
+/// Applies, oldest first, the events deferred until `waits_for` existed (in
+/// the transaction that brings it), recording each one's outcome with
+/// `applied_by`. Returns their event ids. Boxed, because applying an event
+/// can apply the events waiting for it.
+fn apply_waiting<'a>(
+    conn: &'a mut PgConnection,
+    provider: &'a str,
+    waits_for: &'a str,
+    by_event_id: &'a str,
+) -> Boxed<'a, Vec<String>> {
+    Box::pin(async move {
+        let mut applied = Vec::new();
+        for stored in events::take_deferred(conn, provider, waits_for).await? {
+            let payload = stored.payload.into();
+            let mut result =
+                match providers::from_stored(&stored.provider, &stored.event_id, payload) {
+                    Ok(waiting) => apply(conn, &waiting).await?,
+                    Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
+                };
+            if let Value::Object(detail) = &mut result.detail {
+                detail.insert("applied_by".into(), by_event_id.into());
+            }
+            events::record_outcome(
+                conn,
+                provider,
+                &stored.event_id,
+                result.outcome,
+                &result.detail,
+            )
+            .await?;
+            applied.push(stored.event_id);
+        }
+        Ok(applied)
+    })
+}
+
+/// The guarded subscription upsert, ordered by the event's own time, and its
+/// `subscription.changed` announcement when the state changed.
+async fn apply_subscription(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+    next: Subscription,
+) -> Result<Applied, sqlx::Error> {
+    let Some(event_time) = event.created() else {
+        return Ok(Applied::rejected(
+            "event has no created time to order it by",
+        ));
+    };
+    match subscriptions::upsert(conn, &next, event_time, event.event_id()).await? {
+        Upserted::Changed { previous } => {
+            let user_id = next
+                .user_id
+                .clone()
+                .or_else(|| previous.as_ref().and_then(|p| p.user_id.clone()));
+            let payload = json!({
+                "subscription_id": next.subscription_id,
+                "customer_id": next.customer_id,
+                "user_id": user_id,
+                "status": next.status,
+                "previous_status": previous.as_ref().map(|p| &p.status),
+                "plan_id": next.plan_id,
+                "current_period_end": next.current_period_end,
+            });
+            let outbox_id = outbox::enqueue(
+                conn,
+                "subscription.changed",
+                event.provider(),
+                event.event_id(),
+                &payload,
+            )
+            .await?;
+            Ok(Applied::processed(json!({ "outbox_id": outbox_id })))
+        }
+        Upserted::Unchanged => Ok(Applied::processed(json!({ "changed": false }))),
+        Upserted::Superseded {
+            stored_event_time,
+            stored_status,
+        } => Ok(Applied::superseded(json!({
+            "reason": "older than the stored state",
+            "stored_event_time": stored_event_time,
+            "stored_status": stored_status,
+        }))),
+    }
+}
+
+/// A non-empty string at `pointer`.
+fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// A usable identifier (an owner's user id) at `pointer`.
+fn owner_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    str_at(object, pointer).filter(|id| providers::is_identifier(id))
+}
+
+/// A Unix time at `pointer`, if it is one Postgres can store.
+fn unix_at(object: &Value, pointer: &str) -> Option<i64> {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_i64)
+        .filter(|t| providers::is_unix_time(*t))
+}
+
+/// An expandable reference: the id string, or the expanded object's `id`.
+fn id_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    match object.pointer(pointer)? {
+        Value::String(id) if !id.is_empty() => Some(id),
+        expanded @ Value::Object(_) => str_at(expanded, "/id"),
+        _ => None,
+    }
+}
+
+/// `refunded` or `partially_refunded` once anything was refunded.
+fn refund_status(amount_minor: i64, refunded_minor: i64) -> Option<&'static str> {
+    match refunded_minor {
+        r if r <= 0 => None,
+        r if r >= amount_minor => Some("refunded"),
+        _ => Some("partially_refunded"),
+    }
+}
+
+/// An ISO 4217 code, upper-cased (`usd` -> `USD`).
+pub fn currency(raw: &str) -> Option<String> {
+    (raw.len() == 3 && raw.bytes().all(|b| b.is_ascii_alphabetic()))
+        .then(|| raw.to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn currencies_are_upper_cased_and_validated() {
+        assert_eq!(currency("usd").as_deref(), Some("USD"));
+        assert_eq!(currency("INR").as_deref(), Some("INR"));
+        assert_eq!(currency("us"), None);
+        assert_eq!(currency("usd1"), None);
+        assert_eq!(currency("u$d"), None);
+    }
+
+    #[test]
+    fn owners_must_be_identifiers_and_notes_may_be_an_empty_array() {
+        assert_eq!(
+            owner_at(&json!({"notes": {"user_id": "u1"}}), "/notes/user_id"),
+            Some("u1")
+        );
+        assert_eq!(owner_at(&json!({"notes": []}), "/notes/user_id"), None);
+        assert_eq!(
+            owner_at(&json!({"notes": {"user_id": "u 1"}}), "/notes/user_id"),
+            None
+        );
+        assert_eq!(
+            owner_at(&json!({"notes": {"user_id": 7}}), "/notes/user_id"),
+            None
+        );
     }
 }

@@ -1,23 +1,24 @@
 //! Stripe's effects (DESIGN.md, "Default effects"). The wallet owner is
 //! `metadata.user_id` on the event's object.
 //!
-//! | event type                                   | effect                                       |
-//! |----------------------------------------------|----------------------------------------------|
-//! | `payment_intent.succeeded`                   | credit `amount_received` (else `amount`)      |
-//! | `charge.succeeded`                           | upsert the payment, `payment.receipt`         |
-//! | `charge.refunded`                            | debit what this charge has not yet debited    |
-//! | `invoice.paid`                               | `invoice.paid`                                |
-//! | `customer.subscription.created/updated/deleted` | guarded upsert, `subscription.changed`     |
+//! | event type | effect |
+//! |---|---|
+//! | `payment_intent.succeeded` | credit `amount_received` (else `amount`), keyed by the intent |
+//! | `charge.succeeded` | upsert the payment, `payment.receipt` |
+//! | `charge.refunded` | debit what this charge has not debited yet |
+//! | `invoice.paid` | `invoice.paid`, once per invoice |
+//! | `customer.subscription.created/updated/deleted` | guarded upsert, `subscription.changed` |
 
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::{Applied, Outcome};
-use crate::ledger::{self, EntryKind, NewEntry, Posted};
+use super::money::{self, Credit, Debit};
+use super::{Applied, Outcome, currency, id_at, owner_at, str_at, unix_at};
+use crate::ledger::{self, EntryKind};
+use crate::outbox;
 use crate::payments::{self, Payment};
-use crate::providers::{self, VerifiedEvent};
-use crate::subscriptions::{self, Subscription, Upserted};
-use crate::{db, events, outbox};
+use crate::providers::VerifiedEvent;
+use crate::subscriptions::Subscription;
 
 pub use crate::providers::stripe::PROVIDER;
 
@@ -34,88 +35,20 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
     }
 }
 
-/// Credits the owner's wallet once per PaymentIntent, then applies the
-/// refunds that were waiting for this credit.
+/// Credits the owner's wallet once per PaymentIntent.
 async fn credit(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
     let intent = match PaymentIntent::parse(event.object()) {
         Ok(intent) => intent,
         Err(reason) => return Ok(Applied::rejected(reason)),
     };
-    db::lock_key(conn, PROVIDER, &credit_lock(intent.id)).await?;
-    let entry = NewEntry {
+    let credit = Credit {
         user_id: intent.user_id,
         currency: &intent.currency,
         amount_minor: intent.amount_minor,
-        kind: EntryKind::Credit,
-        provider: PROVIDER,
         source_ref: intent.id,
-        event_id: event.event_id(),
-        parent_ref: None,
+        context: json!({ "payment_intent": intent.id }),
     };
-    let (entry_id, balance_minor) = match ledger::post(conn, &entry).await? {
-        Posted::Posted {
-            entry_id,
-            balance_minor,
-        } => (entry_id, balance_minor),
-        Posted::AlreadyPosted { owner_event_id } => {
-            return Ok(Applied::owned_by(
-                "this payment intent was already credited",
-                &owner_event_id,
-            ));
-        }
-    };
-    let payload = json!({
-        "user_id": intent.user_id,
-        "currency": intent.currency,
-        "amount_minor": intent.amount_minor,
-        "balance_minor": balance_minor,
-        "entry_id": entry_id,
-        "payment_intent": intent.id,
-    });
-    let outbox_id = outbox::enqueue(
-        conn,
-        "wallet.credited",
-        PROVIDER,
-        event.event_id(),
-        &payload,
-    )
-    .await?;
-    let applied_refunds = apply_waiting_refunds(conn, intent.id, event.event_id()).await?;
-    Ok(Applied::processed(json!({
-        "entry_id": entry_id,
-        "balance_minor": balance_minor,
-        "outbox_id": outbox_id,
-        "applied_deferred": applied_refunds,
-    })))
-}
-
-/// Applies, in event order, the refunds deferred until `payment_intent` was
-/// credited, recording each one's outcome. Returns their event ids.
-async fn apply_waiting_refunds(
-    conn: &mut PgConnection,
-    payment_intent: &str,
-    by_event_id: &str,
-) -> Result<Vec<String>, sqlx::Error> {
-    let mut applied = Vec::new();
-    for stored in events::take_deferred(conn, PROVIDER, payment_intent).await? {
-        let mut result = match providers::stripe::from_stored(stored.payload.into()) {
-            Ok(waiting) => refund(conn, &waiting).await?,
-            Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
-        };
-        if let Value::Object(detail) = &mut result.detail {
-            detail.insert("applied_by".into(), by_event_id.into());
-        }
-        events::record_outcome(
-            conn,
-            PROVIDER,
-            &stored.event_id,
-            result.outcome,
-            &result.detail,
-        )
-        .await?;
-        applied.push(stored.event_id);
-    }
-    Ok(applied)
+    money::credit(conn, event, credit).await
 }
 
 /// Records the charge; the first event that announces it sends the receipt.
@@ -188,11 +121,9 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
     }
     // The credit's lock first, always: a credit applying deferred refunds
     // takes it before the payment row too, so the two cannot deadlock.
-    db::lock_key(conn, PROVIDER, &credit_lock(payment_intent)).await?;
+    money::lock_credit(conn, PROVIDER, payment_intent).await?;
     payments::upsert(conn, &charge.payment(), None).await?;
-    let Some(credit) = ledger::find(conn, PROVIDER, EntryKind::Credit, payment_intent).await?
-    else {
-        events::defer(conn, PROVIDER, event.event_id(), payment_intent).await?;
+    let Some(credit) = money::credit_or_defer(conn, event, payment_intent).await? else {
         return Ok(Applied::deferred(payment_intent));
     };
     let source_ref = format!("{}:{}", charge.id, charge.amount_refunded_minor);
@@ -211,49 +142,18 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
             "debited_minor": refunded.matching_minor,
         })));
     }
-    let debit = outstanding.min(credit.amount_minor - refunded.total_minor);
-    if debit <= 0 {
+    let amount_minor = outstanding.min(credit.amount_minor - refunded.total_minor);
+    if amount_minor <= 0 {
         return Ok(Applied::ignored("the credit is already fully refunded"));
     }
-    let entry = NewEntry {
-        user_id: &credit.user_id,
-        currency: &credit.currency,
-        amount_minor: -debit,
-        kind: EntryKind::Refund,
-        provider: PROVIDER,
+    let debit = Debit {
+        credit: &credit,
+        parent_ref: payment_intent,
         source_ref: &source_ref,
-        event_id: event.event_id(),
-        parent_ref: Some(payment_intent),
+        amount_minor,
+        context: json!({ "payment_intent": payment_intent, "charge": charge.id }),
     };
-    let (entry_id, balance_minor) = match ledger::post(conn, &entry).await? {
-        Posted::Posted {
-            entry_id,
-            balance_minor,
-        } => (entry_id, balance_minor),
-        Posted::AlreadyPosted { owner_event_id } => {
-            return Ok(Applied::owned_by(
-                "this refund was already debited",
-                &owner_event_id,
-            ));
-        }
-    };
-    let payload = json!({
-        "user_id": credit.user_id,
-        "currency": credit.currency,
-        "amount_minor": debit,
-        "balance_minor": balance_minor,
-        "entry_id": entry_id,
-        "payment_intent": payment_intent,
-        "charge": charge.id,
-    });
-    let outbox_id =
-        outbox::enqueue(conn, "wallet.debited", PROVIDER, event.event_id(), &payload).await?;
-    Ok(Applied::processed(json!({
-        "entry_id": entry_id,
-        "debited_minor": debit,
-        "balance_minor": balance_minor,
-        "outbox_id": outbox_id,
-    })))
+    money::debit(conn, event, debit).await
 }
 
 async fn invoice_paid(
@@ -293,16 +193,11 @@ async fn subscription(
     else {
         return Ok(Applied::rejected("subscription has no id or status"));
     };
-    let Some(event_time) = event.created() else {
-        return Ok(Applied::rejected(
-            "event has no created time to order it by",
-        ));
-    };
     let next = Subscription {
         provider: PROVIDER.to_owned(),
         subscription_id: subscription_id.to_owned(),
         customer_id: id_at(object, "/customer").map(str::to_owned),
-        user_id: str_at(object, "/metadata/user_id").map(str::to_owned),
+        user_id: owner_at(object, "/metadata/user_id").map(str::to_owned),
         status: status.to_owned(),
         plan_id: str_at(object, "/items/data/0/price/id")
             .or_else(|| str_at(object, "/plan/id"))
@@ -311,41 +206,7 @@ async fn subscription(
         current_period_end: unix_at(object, "/current_period_end")
             .or_else(|| unix_at(object, "/items/data/0/current_period_end")),
     };
-    match subscriptions::upsert(conn, &next, event_time, event.event_id()).await? {
-        Upserted::Changed { previous } => {
-            let payload = json!({
-                "subscription_id": next.subscription_id,
-                "customer_id": next.customer_id,
-                "user_id": next.user_id.clone().or_else(|| previous.as_ref().and_then(|p| p.user_id.clone())),
-                "status": next.status,
-                "previous_status": previous.as_ref().map(|p| &p.status),
-                "plan_id": next.plan_id,
-                "current_period_end": next.current_period_end,
-            });
-            let outbox_id = outbox::enqueue(
-                conn,
-                "subscription.changed",
-                PROVIDER,
-                event.event_id(),
-                &payload,
-            )
-            .await?;
-            Ok(Applied::processed(json!({ "outbox_id": outbox_id })))
-        }
-        Upserted::Unchanged => Ok(Applied::processed(json!({ "changed": false }))),
-        Upserted::Superseded {
-            stored_event_time,
-            stored_status,
-        } => Ok(Applied::superseded(json!({
-            "reason": "older than the stored state",
-            "stored_event_time": stored_event_time,
-            "stored_status": stored_status,
-        }))),
-    }
-}
-
-fn credit_lock(payment_intent: &str) -> String {
-    format!("credit:{payment_intent}")
+    super::apply_subscription(conn, event, next).await
 }
 
 /// A `payment_intent.succeeded` object, validated.
@@ -359,7 +220,8 @@ struct PaymentIntent<'a> {
 impl<'a> PaymentIntent<'a> {
     fn parse(object: &'a Value) -> Result<Self, &'static str> {
         let id = str_at(object, "/id").ok_or("payment intent has no id")?;
-        let user_id = owner(object).ok_or("payment intent has no metadata.user_id")?;
+        let user_id = owner_at(object, "/metadata/user_id")
+            .ok_or("payment intent has no metadata.user_id")?;
         let amount_minor = object
             .get("amount_received")
             .filter(|amount| !amount.is_null())
@@ -409,21 +271,17 @@ impl<'a> Charge<'a> {
         let currency = str_at(object, "/currency")
             .and_then(currency)
             .ok_or("charge has no three-letter currency")?;
-        let status = if amount_refunded_minor > 0 && amount_refunded_minor >= amount_minor {
-            "refunded"
-        } else if amount_refunded_minor > 0 {
-            "partially_refunded"
-        } else {
+        let status = super::refund_status(amount_minor, amount_refunded_minor).unwrap_or(
             match str_at(object, "/status") {
                 Some("pending") => "pending",
                 Some("failed") => "failed",
                 _ => "succeeded",
-            }
-        };
+            },
+        );
         Ok(Charge {
             id,
             payment_intent: id_at(object, "/payment_intent"),
-            user_id: owner(object),
+            user_id: owner_at(object, "/metadata/user_id"),
             amount_minor,
             amount_refunded_minor,
             currency,
@@ -447,54 +305,9 @@ impl<'a> Charge<'a> {
     }
 }
 
-/// `metadata.user_id`, if it is a usable identifier.
-fn owner(object: &Value) -> Option<&str> {
-    str_at(object, "/metadata/user_id").filter(|id| providers::is_identifier(id))
-}
-
-/// A non-empty string at `pointer`.
-fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
-/// A Unix time at `pointer`, if it is one Postgres can store.
-fn unix_at(object: &Value, pointer: &str) -> Option<i64> {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_i64)
-        .filter(|t| providers::is_unix_time(*t))
-}
-
-/// An expandable reference: the id string, or the expanded object's `id`.
-fn id_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
-    match object.pointer(pointer)? {
-        Value::String(id) if !id.is_empty() => Some(id),
-        expanded @ Value::Object(_) => str_at(expanded, "/id"),
-        _ => None,
-    }
-}
-
-/// An ISO 4217 code, upper-cased (`usd` -> `USD`).
-pub fn currency(raw: &str) -> Option<String> {
-    (raw.len() == 3 && raw.bytes().all(|b| b.is_ascii_alphabetic()))
-        .then(|| raw.to_ascii_uppercase())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn currencies_are_upper_cased_and_validated() {
-        assert_eq!(currency("usd").as_deref(), Some("USD"));
-        assert_eq!(currency("INR").as_deref(), Some("INR"));
-        assert_eq!(currency("us"), None);
-        assert_eq!(currency("usd1"), None);
-        assert_eq!(currency("u$d"), None);
-    }
 
     #[test]
     fn a_payment_intent_prefers_amount_received() {

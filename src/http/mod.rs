@@ -3,7 +3,6 @@
 pub mod health;
 pub mod webhooks;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -24,13 +23,14 @@ use tower_http::trace::TraceLayer;
 
 use crate::clock::Clock;
 use crate::error::ApiError;
-use crate::providers::stripe::StripeVerifier;
+use crate::providers::Providers;
 
 /// What every handler shares. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub pool: PgPool,
-    pub stripe: Option<Arc<StripeVerifier>>,
+    /// The mounted providers and sources, by name.
+    pub providers: Providers,
     pub clock: Clock,
     /// Cancelled when the process starts shutting down (`/readyz` turns 503).
     pub shutdown: CancellationToken,

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::AppState;
 use crate::error::ApiError;
 use crate::ingest::{self, Receipt};
-use crate::providers::{VerifiedEvent, stripe};
+use crate::providers::VerifiedEvent;
 
 #[tracing::instrument(name = "webhook", skip_all, fields(provider = %provider, event_id, event_type, outcome))]
 pub async fn receive(
@@ -43,11 +43,9 @@ fn verify(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<VerifiedEvent, ApiError> {
-    match provider {
-        stripe::PROVIDER => {
-            let verifier = state.stripe.as_ref().ok_or(ApiError::UnknownProvider)?;
-            Ok(verifier.verify(headers, body, state.clock.now())?)
-        }
-        _ => Err(ApiError::UnknownProvider),
-    }
+    let verifier = state
+        .providers
+        .get(provider)
+        .ok_or(ApiError::UnknownProvider)?;
+    Ok(verifier.verify(headers, body, state.clock.now())?)
 }

@@ -1,19 +1,47 @@
-//! Signature schemes and event envelopes, one module per provider.
+//! Signature schemes and event envelopes, one module per scheme.
 //!
 //! Verification is pure: headers + raw bytes + "now" in, [`VerifiedEvent`] or
 //! [`SignatureError`] out. Nothing here touches the database, and nothing
 //! below the HTTP handler accepts an event that did not come through here.
+//!
+//! Adding a scheme is one file here implementing [`Verify`], one line in
+//! [`Providers::from_settings`], and, where it moves money, one file in
+//! `effects/`.
 
+pub mod github;
+pub mod razorpay;
+pub mod shopify;
+pub mod standard;
 pub mod stripe;
 
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
 use bytes::Bytes;
-use serde_json::Value;
+use hmac::{Hmac, Mac};
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use crate::config::{Secrets, ServeSettings, SourceScheme};
+
+/// Whose effects table applies to an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Stripe,
+    Razorpay,
+    /// A configured generic source: verified, deduped, forwarded.
+    Source,
+}
 
 /// An event whose signature was checked on its exact raw bytes and whose
 /// envelope was parsed afterwards. Only this module can build one.
 #[derive(Debug, Clone)]
 pub struct VerifiedEvent {
-    provider: &'static str,
+    provider: Arc<str>,
+    kind: Kind,
     event_id: String,
     event_type: String,
     created: Option<i64>,
@@ -25,8 +53,12 @@ pub struct VerifiedEvent {
 
 impl VerifiedEvent {
     /// The provider (or generic source) name: the `provider` column.
-    pub fn provider(&self) -> &'static str {
-        self.provider
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     pub fn event_id(&self) -> &str {
@@ -42,7 +74,8 @@ impl VerifiedEvent {
         self.created
     }
 
-    /// The object the event is about (Stripe: `data.object`).
+    /// What the event is about: Stripe's `data.object`, Razorpay's `payload`
+    /// (its entities by name), a generic source's whole body.
     pub fn object(&self) -> &Value {
         &self.object
     }
@@ -88,6 +121,227 @@ impl SignatureError {
             SignatureError::InvalidPayload(_) => "invalid_payload",
             _ => "invalid_signature",
         }
+    }
+}
+
+/// A signature scheme bound to its secrets: checks one delivery.
+pub trait Verify: Send + Sync + fmt::Debug {
+    /// Verifies `body` against `headers` at Unix time `now`, then parses it.
+    fn verify(
+        &self,
+        headers: &HeaderMap,
+        body: &Bytes,
+        now: i64,
+    ) -> Result<VerifiedEvent, SignatureError>;
+}
+
+/// Every mounted provider and source, by the name in `/webhooks/{name}`.
+/// A provider without a configured secret is absent: 404, never unverified.
+#[derive(Debug, Default, Clone)]
+pub struct Providers {
+    by_name: HashMap<String, Arc<dyn Verify>>,
+}
+
+impl Providers {
+    pub fn from_settings(settings: &ServeSettings) -> anyhow::Result<Self> {
+        let mut providers = Providers::default();
+        if let Some(stripe) =
+            stripe::StripeVerifier::new(&settings.stripe_webhook_secret, settings.tolerance_secs)
+        {
+            providers.insert(stripe::PROVIDER, stripe);
+        }
+        if let Some(razorpay) = razorpay::RazorpayVerifier::new(&settings.razorpay_webhook_secret) {
+            providers.insert(razorpay::PROVIDER, razorpay);
+        }
+        for source in &settings.sources {
+            let name: Arc<str> = source.name.as_str().into();
+            match source.scheme {
+                SourceScheme::StandardWebhooks => providers.insert(
+                    &source.name,
+                    standard::StandardVerifier::new(
+                        name,
+                        &source.secrets,
+                        settings.tolerance_secs,
+                    )?,
+                ),
+                SourceScheme::Github => providers.insert(
+                    &source.name,
+                    github::GithubVerifier::new(name, &source.secrets),
+                ),
+                SourceScheme::Shopify => providers.insert(
+                    &source.name,
+                    shopify::ShopifyVerifier::new(name, &source.secrets),
+                ),
+            }
+        }
+        Ok(providers)
+    }
+
+    fn insert(&mut self, name: &str, verifier: impl Verify + 'static) {
+        self.by_name.insert(name.to_owned(), Arc::new(verifier));
+    }
+
+    pub fn get(&self, name: &str) -> Option<&dyn Verify> {
+        self.by_name.get(name).map(|v| &**v)
+    }
+
+    /// Mounted names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+/// Rebuilds an event that this service verified and stored itself (a
+/// deferred event, or a replay) from its stored row.
+pub fn from_stored(
+    provider: &str,
+    event_id: &str,
+    payload: Bytes,
+) -> Result<VerifiedEvent, SignatureError> {
+    match provider {
+        stripe::PROVIDER => stripe::parse_event(&payload),
+        razorpay::PROVIDER => razorpay::parse_event(&payload, Some(event_id)),
+        _ => Err(SignatureError::InvalidPayload(
+            "no stored-event parser for this provider",
+        )),
+    }
+}
+
+pub(crate) type HmacSha256 = Hmac<Sha256>;
+
+/// HMAC keys prepared once at start-up, one per secret.
+pub(crate) struct Keys(Vec<HmacSha256>);
+
+impl Keys {
+    pub(crate) fn new<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        Keys(
+            secrets
+                .into_iter()
+                .map(|key| HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length"))
+                .collect(),
+        )
+    }
+
+    /// The raw bytes of each secret are the key (Stripe, Razorpay, GitHub, Shopify).
+    pub(crate) fn from_secrets(secrets: &Secrets) -> Self {
+        use secrecy::ExposeSecret;
+        Keys::new(secrets.iter().map(|s| s.expose_secret().as_bytes()))
+    }
+
+    /// Whether the HMAC of `parts`, under any key, equals any candidate.
+    /// Every comparison runs, in constant time, whatever matched.
+    pub(crate) fn any_matches<C: AsRef<[u8]>>(&self, parts: &[&[u8]], candidates: &[C]) -> bool {
+        let mut matched = subtle::Choice::from(0);
+        for key in &self.0 {
+            let mut mac = key.clone();
+            for part in parts {
+                mac.update(part);
+            }
+            let expected = mac.finalize().into_bytes();
+            for candidate in candidates {
+                matched |= expected.as_slice().ct_eq(candidate.as_ref());
+            }
+        }
+        matched.into()
+    }
+}
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Keys([{} redacted])", self.0.len())
+    }
+}
+
+/// A header's value, if present; values that are not visible ASCII are refused.
+pub(crate) fn header<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+) -> Result<Option<&'a str>, SignatureError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| SignatureError::MalformedHeader("not visible ASCII"))
+        })
+        .transpose()
+}
+
+pub(crate) fn required_header<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+    shown: &'static str,
+) -> Result<&'a str, SignatureError> {
+    header(headers, name)?.ok_or(SignatureError::MissingHeader(shown))
+}
+
+/// An event id or type taken from a header.
+pub(crate) fn identifier_header(
+    headers: &HeaderMap,
+    name: &'static str,
+    shown: &'static str,
+) -> Result<String, SignatureError> {
+    let value = header(headers, name)?.ok_or(SignatureError::InvalidPayload(shown))?;
+    if !is_identifier(value) {
+        return Err(SignatureError::InvalidPayload(shown));
+    }
+    Ok(value.to_owned())
+}
+
+/// Exactly 64 lower-case hex digits (what the providers send), decoded.
+pub(crate) fn lower_hex_32(value: &str) -> Option<[u8; 32]> {
+    let mut decoded = [0u8; 32];
+    let lower = value
+        .bytes()
+        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    (lower && hex::decode_to_slice(value, &mut decoded).is_ok()).then_some(decoded)
+}
+
+/// Standard base64 (with padding) of exactly 32 bytes, decoded.
+pub(crate) fn base64_32(value: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .ok()
+        .filter(|decoded| decoded.len() == 32)
+}
+
+/// Refuses a signed time more than `tolerance_secs` away from `now`, either way.
+pub(crate) fn check_tolerance(
+    now: i64,
+    signed_at: i64,
+    tolerance_secs: u64,
+) -> Result<(), SignatureError> {
+    if now.abs_diff(signed_at) > tolerance_secs {
+        return Err(SignatureError::TimestampOutsideTolerance);
+    }
+    Ok(())
+}
+
+/// A signed timestamp: 1 to 18 ASCII digits.
+pub(crate) fn parse_timestamp(value: &str) -> Option<i64> {
+    if value.is_empty() || value.len() > 18 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok()
+}
+
+/// A verified body parsed as a JSON object, with what to store for it.
+pub(crate) struct JsonBody {
+    pub fields: Map<String, Value>,
+    pub stored: Option<String>,
+}
+
+/// Parses a verified body: it must be one JSON object (UTF-8 and escapes are
+/// checked); NUL characters are replaced for storage.
+pub(crate) fn parse_object(body: &[u8]) -> Result<JsonBody, SignatureError> {
+    let mut value: Value = serde_json::from_slice(body)
+        .map_err(|_| SignatureError::InvalidPayload("body is not valid JSON"))?;
+    let stored = scrub_nul(body, &mut value).then(|| value.to_string());
+    match value {
+        Value::Object(fields) => Ok(JsonBody { fields, stored }),
+        _ => Err(SignatureError::InvalidPayload("expected a JSON object")),
     }
 }
 
@@ -138,5 +392,37 @@ fn scrub(value: &mut Value) -> bool {
                 .fold(changed, |changed, item| scrub(item) | changed)
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_any_candidate_under_any_secret() {
+        let keys = Keys::new([b"old".as_slice(), b"new".as_slice()]);
+        let mut mac = HmacSha256::new_from_slice(b"new").unwrap();
+        mac.update(b"a.b");
+        let good = mac.finalize().into_bytes().to_vec();
+        assert!(keys.any_matches(&[b"a", b".", b"b"], &[vec![0; 32], good.clone()]));
+        assert!(!keys.any_matches(&[b"a.c"], &[good]));
+        assert!(!keys.any_matches::<Vec<u8>>(&[b"a.b"], &[]));
+    }
+
+    #[test]
+    fn encodings_are_strict() {
+        assert!(lower_hex_32(&"ab".repeat(32)).is_some());
+        assert!(lower_hex_32(&"AB".repeat(32)).is_none());
+        assert!(lower_hex_32(&"ab".repeat(31)).is_none());
+        assert!(base64_32("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").is_some());
+        assert!(
+            base64_32(&"ab".repeat(32)).is_none(),
+            "hex is not base64 of 32 bytes"
+        );
+        assert_eq!(parse_timestamp("0123"), Some(123));
+        assert_eq!(parse_timestamp("-1"), None);
+        assert_eq!(parse_timestamp(""), None);
+        assert_eq!(parse_timestamp(&"9".repeat(19)), None);
     }
 }

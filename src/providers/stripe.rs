@@ -6,37 +6,27 @@
 //! (such as `v0`) ignored. The timestamp must be within the tolerance in both
 //! directions.
 
-use bytes::Bytes;
-use hmac::{Hmac, Mac};
-use http::HeaderMap;
-use secrecy::ExposeSecret;
-use serde_json::Value;
-use sha2::Sha256;
-use subtle::ConstantTimeEq;
+use std::sync::Arc;
 
-use super::{SignatureError, VerifiedEvent, is_identifier, is_unix_time, scrub_nul};
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::Value;
+
+use super::{
+    HmacSha256, Keys, Kind, SignatureError, VerifiedEvent, Verify, check_tolerance, is_identifier,
+    is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
+};
 use crate::config::Secrets;
 
 pub const PROVIDER: &str = "stripe";
 pub const SIGNATURE_HEADER: &str = "stripe-signature";
 
-type HmacSha256 = Hmac<Sha256>;
-
 /// Verifies Stripe deliveries against every configured endpoint secret.
 /// Keys are prepared once at start-up, never per request.
-#[derive(Clone)]
+#[derive(Debug)]
 pub struct StripeVerifier {
-    keys: Vec<HmacSha256>,
-    tolerance_secs: i64,
-}
-
-impl std::fmt::Debug for StripeVerifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StripeVerifier")
-            .field("keys", &format_args!("[{} redacted]", self.keys.len()))
-            .field("tolerance_secs", &self.tolerance_secs)
-            .finish()
-    }
+    keys: Keys,
+    tolerance_secs: u64,
 }
 
 /// The parts of a `Stripe-Signature` header that matter.
@@ -53,55 +43,34 @@ pub struct SignatureHeader<'a> {
 impl StripeVerifier {
     /// `None` when no secret is configured: the provider is then not mounted.
     pub fn new(secrets: &Secrets, tolerance_secs: u64) -> Option<Self> {
-        if secrets.is_empty() {
-            return None;
-        }
-        let keys = secrets
-            .iter()
-            .map(|s| {
-                HmacSha256::new_from_slice(s.expose_secret().as_bytes())
-                    .expect("HMAC accepts keys of any length")
-            })
-            .collect();
-        Some(StripeVerifier {
-            keys,
-            tolerance_secs: i64::try_from(tolerance_secs).unwrap_or(i64::MAX),
+        (!secrets.is_empty()).then(|| StripeVerifier {
+            keys: Keys::from_secrets(secrets),
+            tolerance_secs,
         })
     }
+}
 
+impl Verify for StripeVerifier {
     /// Checks the signature on the raw body, then the timestamp, then parses
     /// the event envelope. `now` is Unix seconds.
-    pub fn verify(
+    fn verify(
         &self,
         headers: &HeaderMap,
         body: &Bytes,
         now: i64,
     ) -> Result<VerifiedEvent, SignatureError> {
-        let value = headers
-            .get(SIGNATURE_HEADER)
-            .ok_or(SignatureError::MissingHeader("Stripe-Signature"))?
-            .to_str()
-            .map_err(|_| SignatureError::MalformedHeader("not visible ASCII"))?;
-        let header = parse_header(value)?;
-
-        let mut matched = false;
-        for key in &self.keys {
-            let mut mac = key.clone();
-            mac.update(header.timestamp.as_bytes());
-            mac.update(b".");
-            mac.update(body);
-            let expected = mac.finalize().into_bytes();
-            for candidate in &header.signatures {
-                // Constant time, and no early exit on a match either.
-                matched |= bool::from(expected.as_slice().ct_eq(candidate));
-            }
-        }
-        if !matched {
+        let header = parse_header(required_header(
+            headers,
+            SIGNATURE_HEADER,
+            "Stripe-Signature",
+        )?)?;
+        if !self.keys.any_matches(
+            &[header.timestamp.as_bytes(), b".", body],
+            &header.signatures,
+        ) {
             return Err(SignatureError::Mismatch);
         }
-        if now.abs_diff(header.unix) > self.tolerance_secs.unsigned_abs() {
-            return Err(SignatureError::TimestampOutsideTolerance);
-        }
+        check_tolerance(now, header.unix, self.tolerance_secs)?;
         parse_event(body)
     }
 }
@@ -119,27 +88,14 @@ pub fn parse_header(value: &str) -> Result<SignatureHeader<'_>, SignatureError> 
                 return Err(SignatureError::MalformedHeader("more than one t"));
             }
             "t" => {}
-            "v1" => {
-                // Stripe sends lower-case hex; the SDKs compare the strings.
-                let mut decoded = [0u8; 32];
-                let lower_hex = val.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-                if lower_hex && hex::decode_to_slice(val, &mut decoded).is_ok() {
-                    signatures.push(decoded);
-                }
-            }
+            // Stripe sends lower-case hex; the SDKs compare the strings.
+            "v1" => signatures.extend(lower_hex_32(val)),
             _ => {}
         }
     }
     let timestamp = timestamp.ok_or(SignatureError::MalformedHeader("no t"))?;
-    if timestamp.is_empty()
-        || timestamp.len() > 18
-        || !timestamp.bytes().all(|b| b.is_ascii_digit())
-    {
-        return Err(SignatureError::MalformedHeader("t is not a Unix timestamp"));
-    }
-    let unix = timestamp
-        .parse()
-        .map_err(|_| SignatureError::MalformedHeader("t is not a Unix timestamp"))?;
+    let unix = parse_timestamp(timestamp)
+        .ok_or(SignatureError::MalformedHeader("t is not a Unix timestamp"))?;
     if signatures.is_empty() {
         return Err(SignatureError::NoSupportedSignature);
     }
@@ -152,6 +108,7 @@ pub fn parse_header(value: &str) -> Result<SignatureHeader<'_>, SignatureError> 
 
 /// Signs `body` as Stripe does, for `webhookd send`, tests and benchmarks.
 pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
+    use hmac::Mac;
     let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).expect("any key length");
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
@@ -162,13 +119,9 @@ pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
     )
 }
 
-fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError> {
-    let mut envelope: Value = serde_json::from_slice(body)
-        .map_err(|_| SignatureError::InvalidPayload("body is not valid JSON"))?;
-    let stored = scrub_nul(body, &mut envelope).then(|| envelope.to_string());
-    let Value::Object(fields) = &mut envelope else {
-        return Err(SignatureError::InvalidPayload("expected a JSON object"));
-    };
+/// Parses a Stripe event envelope: `id`, `type`, `created`, `data.object`.
+pub(crate) fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError> {
+    let super::JsonBody { mut fields, stored } = parse_object(body)?;
     let event_id = match fields.get("id") {
         Some(Value::String(id)) if is_identifier(id) => id.clone(),
         _ => return Err(SignatureError::InvalidPayload("no usable event id")),
@@ -188,7 +141,8 @@ fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError> {
         .and_then(|data| data.get_mut("object"))
         .map_or(Value::Null, Value::take);
     Ok(VerifiedEvent {
-        provider: PROVIDER,
+        provider: Arc::from(PROVIDER),
+        kind: Kind::Stripe,
         event_id,
         event_type,
         created,
@@ -196,12 +150,6 @@ fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError> {
         raw: body.clone(),
         stored,
     })
-}
-
-/// Rebuilds an event that this service verified and stored itself (a
-/// deferred event, or a replay), from its stored payload.
-pub fn from_stored(payload: Bytes) -> Result<VerifiedEvent, SignatureError> {
-    parse_event(&payload)
 }
 
 #[cfg(test)]
@@ -249,7 +197,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         let header = signature_header("whsec_test", 1_000, &body);
         headers.insert(SIGNATURE_HEADER, header.parse().unwrap());
-        let event = verifier.verify(&headers, &body, 1_000).unwrap();
+        let event = Verify::verify(&verifier, &headers, &body, 1_000).unwrap();
         assert_eq!(event.event_id(), "evt_1");
         assert_eq!(event.event_type(), "x");
         assert_eq!(event.created(), Some(1));

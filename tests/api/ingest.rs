@@ -11,6 +11,7 @@ use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
 use webhookd::http::{AppState, health};
+use webhookd::providers::Providers;
 
 use crate::helpers::{
     charge, now, payment_intent_succeeded, spawn_app, spawn_app_with, subscription,
@@ -172,7 +173,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
 
     let state = |pool: PgPool| AppState {
         pool,
-        stripe: None,
+        providers: Providers::default(),
         clock: Clock::System,
         shutdown: CancellationToken::new(),
     };
@@ -188,7 +189,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
 async fn readiness_is_503_before_migrations(pool: PgPool) {
     let state = AppState {
         pool,
-        stripe: None,
+        providers: Providers::default(),
         clock: Clock::System,
         shutdown: CancellationToken::new(),
     };

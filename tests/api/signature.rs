@@ -8,10 +8,10 @@ use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
 use webhookd::config::Secrets;
-use webhookd::providers::SignatureError;
 use webhookd::providers::stripe::{
     SIGNATURE_HEADER, StripeVerifier, parse_header, signature_header,
 };
+use webhookd::providers::{SignatureError, Verify};
 
 use crate::helpers::{
     OLD_SECRET, SECRET, now, payment_intent_succeeded, spawn_app, spawn_app_with,

@@ -1,0 +1,171 @@
+//! The money effects every provider shares: a credit keyed by its payment,
+//! which then applies the refunds that were waiting for it, and a debit
+//! against a known credit. Each posts one ledger entry (natural key, balance
+//! in the same statement) and announces it in the outbox.
+
+use serde_json::{Value, json};
+use sqlx::PgConnection;
+
+use super::Applied;
+use crate::ledger::{self, Entry, EntryKind, NewEntry, Posted};
+use crate::providers::VerifiedEvent;
+use crate::{db, events, outbox};
+
+/// A credit to apply: `source_ref` is the payment's id (its natural key).
+pub(super) struct Credit<'a> {
+    pub user_id: &'a str,
+    pub currency: &'a str,
+    pub amount_minor: i64,
+    pub source_ref: &'a str,
+    /// Provider-specific fields for the `wallet.credited` payload.
+    pub context: Value,
+}
+
+/// Serialises a credit with the refunds that wait for it, until commit.
+pub(super) async fn lock_credit(
+    conn: &mut PgConnection,
+    provider: &str,
+    source_ref: &str,
+) -> Result<(), sqlx::Error> {
+    db::lock_key(conn, provider, &format!("credit:{source_ref}")).await
+}
+
+/// Credits the wallet once per payment, announces `wallet.credited`, then
+/// applies the events deferred until this credit existed.
+pub(super) async fn credit(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+    credit: Credit<'_>,
+) -> Result<Applied, sqlx::Error> {
+    let provider = event.provider();
+    lock_credit(conn, provider, credit.source_ref).await?;
+    let entry = NewEntry {
+        user_id: credit.user_id,
+        currency: credit.currency,
+        amount_minor: credit.amount_minor,
+        kind: EntryKind::Credit,
+        provider,
+        source_ref: credit.source_ref,
+        event_id: event.event_id(),
+        parent_ref: None,
+    };
+    let (entry_id, balance_minor) = match ledger::post(conn, &entry).await? {
+        Posted::Posted {
+            entry_id,
+            balance_minor,
+        } => (entry_id, balance_minor),
+        Posted::AlreadyPosted { owner_event_id } => {
+            return Ok(Applied::owned_by(
+                "this payment was already credited",
+                &owner_event_id,
+            ));
+        }
+    };
+    let payload = with_context(
+        json!({
+            "user_id": credit.user_id,
+            "currency": credit.currency,
+            "amount_minor": credit.amount_minor,
+            "balance_minor": balance_minor,
+            "entry_id": entry_id,
+        }),
+        credit.context,
+    );
+    let outbox_id = outbox::enqueue(
+        conn,
+        "wallet.credited",
+        provider,
+        event.event_id(),
+        &payload,
+    )
+    .await?;
+    let applied = super::apply_waiting(conn, provider, credit.source_ref, event.event_id()).await?;
+    Ok(Applied::processed(json!({
+        "entry_id": entry_id,
+        "balance_minor": balance_minor,
+        "outbox_id": outbox_id,
+        "applied_deferred": applied,
+    })))
+}
+
+/// The credit of payment `source_ref`, or `None` after parking `event` until
+/// it exists. Call with the credit's lock held ([`lock_credit`]).
+pub(super) async fn credit_or_defer(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+    source_ref: &str,
+) -> Result<Option<Entry>, sqlx::Error> {
+    let credit = ledger::find(conn, event.provider(), EntryKind::Credit, source_ref).await?;
+    if credit.is_none() {
+        events::defer(conn, event.provider(), event.event_id(), source_ref).await?;
+    }
+    Ok(credit)
+}
+
+/// A debit of `amount_minor` (positive) against `credit`.
+pub(super) struct Debit<'a> {
+    pub credit: &'a Entry,
+    /// The credit's `source_ref`.
+    pub parent_ref: &'a str,
+    /// The refund's natural key.
+    pub source_ref: &'a str,
+    pub amount_minor: i64,
+    /// Provider-specific fields for the `wallet.debited` payload.
+    pub context: Value,
+}
+
+/// Posts the refund entry and announces `wallet.debited`.
+pub(super) async fn debit(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+    debit: Debit<'_>,
+) -> Result<Applied, sqlx::Error> {
+    let provider = event.provider();
+    let entry = NewEntry {
+        user_id: &debit.credit.user_id,
+        currency: &debit.credit.currency,
+        amount_minor: -debit.amount_minor,
+        kind: EntryKind::Refund,
+        provider,
+        source_ref: debit.source_ref,
+        event_id: event.event_id(),
+        parent_ref: Some(debit.parent_ref),
+    };
+    let (entry_id, balance_minor) = match ledger::post(conn, &entry).await? {
+        Posted::Posted {
+            entry_id,
+            balance_minor,
+        } => (entry_id, balance_minor),
+        Posted::AlreadyPosted { owner_event_id } => {
+            return Ok(Applied::owned_by(
+                "this refund was already debited",
+                &owner_event_id,
+            ));
+        }
+    };
+    let payload = with_context(
+        json!({
+            "user_id": debit.credit.user_id,
+            "currency": debit.credit.currency,
+            "amount_minor": debit.amount_minor,
+            "balance_minor": balance_minor,
+            "entry_id": entry_id,
+        }),
+        debit.context,
+    );
+    let outbox_id =
+        outbox::enqueue(conn, "wallet.debited", provider, event.event_id(), &payload).await?;
+    Ok(Applied::processed(json!({
+        "entry_id": entry_id,
+        "debited_minor": debit.amount_minor,
+        "balance_minor": balance_minor,
+        "outbox_id": outbox_id,
+    })))
+}
+
+fn with_context(mut payload: Value, context: Value) -> Value {
+    if let (Value::Object(fields), Value::Object(extra)) = (&mut payload, context) {
+        fields.extend(extra);
+    }
+    payload
+}

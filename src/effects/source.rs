@@ -1,0 +1,23 @@
+//! Generic sources (Standard Webhooks, GitHub, Shopify): the effect is one
+//! outbox row `source.<name>` carrying the verified payload, claimed and
+//! written in the same transaction as the event.
+
+use serde_json::json;
+use sqlx::PgConnection;
+
+use super::Applied;
+use crate::outbox;
+use crate::providers::VerifiedEvent;
+
+pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+    let topic = format!("source.{}", event.provider());
+    let outbox_id = outbox::enqueue(
+        conn,
+        &topic,
+        event.provider(),
+        event.event_id(),
+        event.object(),
+    )
+    .await?;
+    Ok(Applied::processed(json!({ "outbox_id": outbox_id })))
+}
