@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::config::{ServeSettings, parse_secrets};
+use webhookd::config::{Secrets, ServeSettings, SourceScheme, SourceSettings, parse_secrets};
 use webhookd::ledger;
 use webhookd::providers::stripe::signature_header;
 use webhookd::startup::Application;
@@ -16,6 +16,24 @@ use webhookd::startup::Application;
 /// The current endpoint secret, and the previous one still accepted during a rotation.
 pub const SECRET: &str = "whsec_test_current_secret";
 pub const OLD_SECRET: &str = "whsec_test_previous_secret";
+
+/// Secrets of the other providers and sources every test app mounts:
+/// `(current, previous)`.
+pub const RAZORPAY_SECRETS: (&str, &str) = ("rzp_current_secret", "rzp_previous_secret");
+pub const STANDARD_SECRETS: (&str, &str) = (
+    "whsec_Y3VycmVudC1zdGFuZGFyZC1rZXk=",
+    "whsec_cHJldmlvdXMtc3RhbmRhcmQta2V5",
+);
+pub const GITHUB_SECRETS: (&str, &str) = ("github current secret", "github previous secret");
+pub const SHOPIFY_SECRETS: (&str, &str) = ("shpss_current", "shpss_previous");
+
+fn source(name: &str, scheme: SourceScheme, (current, previous): (&str, &str)) -> SourceSettings {
+    SourceSettings {
+        name: name.to_owned(),
+        scheme,
+        secrets: Secrets::new([current, previous]),
+    }
+}
 
 pub struct TestApp {
     pub address: String,
@@ -52,6 +70,12 @@ pub async fn spawn_app_with(
     let mut settings = ServeSettings {
         listen: "127.0.0.1:0".parse().unwrap(),
         stripe_webhook_secret: parse_secrets(&format!("{SECRET},{OLD_SECRET}")).unwrap(),
+        razorpay_webhook_secret: Secrets::new([RAZORPAY_SECRETS.0, RAZORPAY_SECRETS.1]),
+        sources: vec![
+            source("svix", SourceScheme::StandardWebhooks, STANDARD_SECRETS),
+            source("gh", SourceScheme::Github, GITHUB_SECRETS),
+            source("shop", SourceScheme::Shopify, SHOPIFY_SECRETS),
+        ],
         ..ServeSettings::default()
     };
     configure(&mut settings);
@@ -91,6 +115,24 @@ impl TestApp {
         request.send().await.expect("the request is sent")
     }
 
+    /// POSTs `body` to /webhooks/{provider} with the given headers.
+    pub async fn post_to(
+        &self,
+        provider: &str,
+        body: Vec<u8>,
+        headers: &[(String, String)],
+    ) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(format!("{}/webhooks/{provider}", self.address))
+            .header("content-type", "application/json")
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        request.send().await.expect("the request is sent")
+    }
+
     /// Delivers a Stripe event and expects 200 with `outcome`.
     pub async fn deliver(&self, body: &str, outcome: &str) -> Value {
         let response = self.post_stripe(body).await;
@@ -108,13 +150,21 @@ impl TestApp {
             .unwrap()
     }
 
-    /// `(outcome, detail)` of a stored event.
+    /// `(outcome, detail)` of a stored Stripe event.
     pub async fn event(&self, event_id: &str) -> (String, Value) {
-        sqlx::query_as("select outcome, detail from processed_events where provider = 'stripe' and event_id = $1")
-            .bind(event_id)
-            .fetch_one(&self.pool)
-            .await
-            .unwrap_or_else(|e| panic!("event {event_id}: {e}"))
+        self.event_of("stripe", event_id).await
+    }
+
+    /// `(outcome, detail)` of a stored event.
+    pub async fn event_of(&self, provider: &str, event_id: &str) -> (String, Value) {
+        sqlx::query_as(
+            "select outcome, detail from processed_events where provider = $1 and event_id = $2",
+        )
+        .bind(provider)
+        .bind(event_id)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap_or_else(|e| panic!("event {event_id}: {e}"))
     }
 
     pub async fn balance(&self, user_id: &str, currency: &str) -> Option<i64> {
