@@ -37,53 +37,33 @@ pub(super) async fn credit(
     event: &VerifiedEvent,
     credit: Credit<'_>,
 ) -> Result<Applied, sqlx::Error> {
-    let provider = event.provider();
-    lock_credit(conn, provider, credit.source_ref).await?;
+    lock_credit(conn, event.provider(), credit.source_ref).await?;
     let entry = NewEntry {
         user_id: credit.user_id,
         currency: credit.currency,
         amount_minor: credit.amount_minor,
         kind: EntryKind::Credit,
-        provider,
+        provider: event.provider(),
         source_ref: credit.source_ref,
         event_id: event.event_id(),
         parent_ref: None,
     };
-    let (entry_id, balance_minor) = match ledger::post(conn, &entry).await? {
-        Posted::Posted {
-            entry_id,
-            balance_minor,
-        } => (entry_id, balance_minor),
-        Posted::AlreadyPosted { owner_event_id } => {
-            return Ok(Applied::owned_by(
-                "this payment was already credited",
-                &owner_event_id,
-            ));
-        }
-    };
-    let payload = with_context(
-        json!({
-            "user_id": credit.user_id,
-            "currency": credit.currency,
-            "amount_minor": credit.amount_minor,
-            "balance_minor": balance_minor,
-            "entry_id": entry_id,
-        }),
-        credit.context,
-    );
-    let outbox_id = outbox::enqueue(
-        conn,
-        "wallet.credited",
-        provider,
-        event.event_id(),
-        &payload,
-    )
-    .await?;
-    let applied = super::apply_waiting(conn, provider, credit.source_ref, event.event_id()).await?;
+    let announced =
+        match post_and_announce(conn, event, &entry, "wallet.credited", credit.context).await? {
+            Ok(announced) => announced,
+            Err(owner) => {
+                return Ok(Applied::owned_by(
+                    "this payment was already credited",
+                    &owner,
+                ));
+            }
+        };
+    let applied =
+        super::apply_waiting(conn, event.provider(), credit.source_ref, event.event_id()).await?;
     Ok(Applied::processed(json!({
-        "entry_id": entry_id,
-        "balance_minor": balance_minor,
-        "outbox_id": outbox_id,
+        "entry_id": announced.entry_id,
+        "balance_minor": announced.balance_minor,
+        "outbox_id": announced.outbox_id,
         "applied_deferred": applied,
     })))
 }
@@ -120,52 +100,65 @@ pub(super) async fn debit(
     event: &VerifiedEvent,
     debit: Debit<'_>,
 ) -> Result<Applied, sqlx::Error> {
-    let provider = event.provider();
     let entry = NewEntry {
         user_id: &debit.credit.user_id,
         currency: &debit.credit.currency,
         amount_minor: -debit.amount_minor,
         kind: EntryKind::Refund,
-        provider,
+        provider: event.provider(),
         source_ref: debit.source_ref,
         event_id: event.event_id(),
         parent_ref: Some(debit.parent_ref),
     };
-    let (entry_id, balance_minor) = match ledger::post(conn, &entry).await? {
+    match post_and_announce(conn, event, &entry, "wallet.debited", debit.context).await? {
+        Ok(announced) => Ok(Applied::processed(json!({
+            "entry_id": announced.entry_id,
+            "debited_minor": debit.amount_minor,
+            "balance_minor": announced.balance_minor,
+            "outbox_id": announced.outbox_id,
+        }))),
+        Err(owner) => Ok(Applied::owned_by("this refund was already debited", &owner)),
+    }
+}
+
+struct Announced {
+    entry_id: i64,
+    balance_minor: i64,
+    outbox_id: Option<i64>,
+}
+
+/// Posts `entry` and writes its `topic` outbox row: `{user_id, currency,
+/// amount_minor (positive), balance_minor, entry_id}` plus `context`.
+/// `Err(owner event id)` when the entry's natural key was already taken.
+async fn post_and_announce(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+    entry: &NewEntry<'_>,
+    topic: &str,
+    context: Value,
+) -> Result<Result<Announced, String>, sqlx::Error> {
+    let (entry_id, balance_minor) = match ledger::post(conn, entry).await? {
         Posted::Posted {
             entry_id,
             balance_minor,
         } => (entry_id, balance_minor),
-        Posted::AlreadyPosted { owner_event_id } => {
-            return Ok(Applied::owned_by(
-                "this refund was already debited",
-                &owner_event_id,
-            ));
-        }
+        Posted::AlreadyPosted { owner_event_id } => return Ok(Err(owner_event_id)),
     };
-    let payload = with_context(
-        json!({
-            "user_id": debit.credit.user_id,
-            "currency": debit.credit.currency,
-            "amount_minor": debit.amount_minor,
-            "balance_minor": balance_minor,
-            "entry_id": entry_id,
-        }),
-        debit.context,
-    );
-    let outbox_id =
-        outbox::enqueue(conn, "wallet.debited", provider, event.event_id(), &payload).await?;
-    Ok(Applied::processed(json!({
-        "entry_id": entry_id,
-        "debited_minor": debit.amount_minor,
+    let mut payload = json!({
+        "user_id": entry.user_id,
+        "currency": entry.currency,
+        "amount_minor": entry.amount_minor.abs(),
         "balance_minor": balance_minor,
-        "outbox_id": outbox_id,
-    })))
-}
-
-fn with_context(mut payload: Value, context: Value) -> Value {
+        "entry_id": entry_id,
+    });
     if let (Value::Object(fields), Value::Object(extra)) = (&mut payload, context) {
         fields.extend(extra);
     }
-    payload
+    let outbox_id =
+        outbox::enqueue(conn, topic, event.provider(), event.event_id(), &payload).await?;
+    Ok(Ok(Announced {
+        entry_id,
+        balance_minor,
+        outbox_id,
+    }))
 }

@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use serde_json::Value;
 
 use super::{
-    Keys, Kind, SignatureError, VerifiedEvent, Verify, identifier_header, lower_hex_32,
-    parse_object, required_header,
+    Keys, SignatureError, VerifiedEvent, Verify, identifier_header, lower_hex_32, required_header,
+    source_event,
 };
 use crate::config::Secrets;
 
@@ -51,16 +50,6 @@ impl Verify for GithubVerifier {
         let event_id =
             identifier_header(headers, "x-github-delivery", "no usable X-GitHub-Delivery")?;
         let event_type = identifier_header(headers, "x-github-event", "no usable X-GitHub-Event")?;
-        let json = parse_object(body)?;
-        Ok(VerifiedEvent {
-            provider: self.name.clone(),
-            kind: Kind::Source,
-            event_id,
-            event_type,
-            created: None,
-            object: Value::Object(json.fields),
-            raw: body.clone(),
-            stored: json.stored,
-        })
+        source_event(&self.name, event_id, Some(event_type), None, body)
     }
 }

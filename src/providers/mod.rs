@@ -193,6 +193,33 @@ impl Providers {
     }
 }
 
+/// A generic source's event: the whole verified body is its object. Its type
+/// comes from a header, else (`None`) from the body's `type`.
+pub(crate) fn source_event(
+    provider: &Arc<str>,
+    event_id: String,
+    event_type: Option<String>,
+    created: Option<i64>,
+    body: &Bytes,
+) -> Result<VerifiedEvent, SignatureError> {
+    let json = parse_object(body)?;
+    let event_type = match (event_type, json.fields.get("type")) {
+        (Some(header), _) => header,
+        (None, Some(Value::String(kind))) if is_identifier(kind) => kind.clone(),
+        (None, _) => return Err(SignatureError::InvalidPayload("no usable type")),
+    };
+    Ok(VerifiedEvent {
+        provider: provider.clone(),
+        kind: Kind::Source,
+        event_id,
+        event_type,
+        created,
+        object: Value::Object(json.fields),
+        raw: body.clone(),
+        stored: json.stored,
+    })
+}
+
 /// Rebuilds an event that this service verified and stored itself (a
 /// deferred event, or a replay) from its stored row.
 pub fn from_stored(

@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use serde_json::Value;
 
 use super::{
-    Keys, Kind, SignatureError, VerifiedEvent, Verify, base64_32, header, identifier_header,
-    parse_object, required_header,
+    Keys, SignatureError, VerifiedEvent, Verify, base64_32, header, identifier_header,
+    required_header, source_event,
 };
 use crate::config::Secrets;
 
@@ -57,16 +56,6 @@ impl Verify for ShopifyVerifier {
         )?;
         let event_type =
             identifier_header(headers, "x-shopify-topic", "no usable X-Shopify-Topic")?;
-        let json = parse_object(body)?;
-        Ok(VerifiedEvent {
-            provider: self.name.clone(),
-            kind: Kind::Source,
-            event_id,
-            event_type,
-            created: None,
-            object: Value::Object(json.fields),
-            raw: body.clone(),
-            stored: json.stored,
-        })
+        source_event(&self.name, event_id, Some(event_type), None, body)
     }
 }

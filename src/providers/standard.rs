@@ -13,11 +13,10 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::HeaderMap;
 use secrecy::ExposeSecret;
-use serde_json::Value;
 
 use super::{
-    Keys, Kind, SignatureError, VerifiedEvent, Verify, base64_32, check_tolerance, is_identifier,
-    parse_object, parse_timestamp, required_header,
+    Keys, SignatureError, VerifiedEvent, Verify, base64_32, check_tolerance, is_identifier,
+    parse_timestamp, required_header, source_event,
 };
 use crate::config::Secrets;
 
@@ -85,21 +84,7 @@ impl Verify for StandardVerifier {
         if !is_identifier(id) {
             return Err(SignatureError::InvalidPayload("no usable webhook-id"));
         }
-        let json = parse_object(body)?;
-        let event_type = match json.fields.get("type") {
-            Some(Value::String(kind)) if is_identifier(kind) => kind.clone(),
-            _ => return Err(SignatureError::InvalidPayload("no usable type")),
-        };
-        Ok(VerifiedEvent {
-            provider: self.name.clone(),
-            kind: Kind::Source,
-            event_id: id.to_owned(),
-            event_type,
-            created: Some(signed_at),
-            object: Value::Object(json.fields),
-            raw: body.clone(),
-            stored: json.stored,
-        })
+        source_event(&self.name, id.to_owned(), None, Some(signed_at), body)
     }
 }
 
