@@ -1,16 +1,25 @@
 //! "Now", injectable so that tests never sleep or race the wall clock.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub enum Clock {
+    /// The machine's clock; the database uses its own `now()`.
     #[default]
     System,
     /// Always the given Unix time, in seconds.
     Fixed(i64),
+    /// A clock the tests move by hand ([`Clock::advance`]).
+    Manual(Arc<AtomicI64>),
 }
 
 impl Clock {
+    pub fn manual(start: i64) -> Self {
+        Clock::Manual(Arc::new(AtomicI64::new(start)))
+    }
+
     /// Unix seconds.
     pub fn now(&self) -> i64 {
         match self {
@@ -18,6 +27,28 @@ impl Clock {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
             Clock::Fixed(now) => *now,
+            Clock::Manual(now) => now.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The time to use in SQL instead of the database's `now()`: `None` for
+    /// the system clock, so that the database's own clock decides.
+    pub fn pinned(&self) -> Option<f64> {
+        match self {
+            Clock::System => None,
+            // Unix seconds are far below 2^53: exact as f64.
+            #[allow(clippy::cast_precision_loss)]
+            _ => Some(self.now() as f64),
+        }
+    }
+
+    /// Moves a manual clock forward; other clocks ignore it.
+    pub fn advance(&self, by: Duration) {
+        if let Clock::Manual(now) = self {
+            now.fetch_add(
+                i64::try_from(by.as_secs()).unwrap_or(i64::MAX),
+                Ordering::SeqCst,
+            );
         }
     }
 }

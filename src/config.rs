@@ -28,6 +28,52 @@ pub enum Command {
     Serve(Box<ServeSettings>),
     /// Apply pending database migrations, then exit.
     Migrate,
+    /// Inspect and re-queue outbox rows.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// List rows not delivered yet (pending, leased or dead), oldest first.
+    List {
+        /// Only dead-lettered rows.
+        #[arg(long)]
+        dead: bool,
+        /// Most rows to show.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Re-queue a dead-lettered row (or all of them) for a fresh set of attempts.
+    Retry {
+        /// The outbox id (its `webhook-id`).
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        id: Option<i64>,
+        /// Every dead-lettered row.
+        #[arg(long)]
+        all_dead: bool,
+    },
+}
+
+/// Which parts of the service a `serve` process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// The HTTP API and the outbox drainer.
+    All,
+    /// Only the HTTP API (run drainers elsewhere).
+    Api,
+    /// Only the outbox drainer (no HTTP listener).
+    Worker,
+}
+
+impl Role {
+    pub fn serves_http(self) -> bool {
+        matches!(self, Role::All | Role::Api)
+    }
+
+    pub fn drains(self) -> bool {
+        matches!(self, Role::All | Role::Worker)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -107,9 +153,56 @@ pub struct ServeSettings {
     #[arg(long, env = "WEBHOOKD_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "30s")]
     pub request_timeout: Duration,
 
-    /// How long shutdown waits for in-flight requests after SIGTERM.
+    /// How long shutdown waits for in-flight requests and deliveries after SIGTERM.
     #[arg(long, env = "WEBHOOKD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, default_value = "25s")]
     pub shutdown_grace: Duration,
+
+    /// What this process runs: `all`, `api` (HTTP only) or `worker` (outbox only).
+    #[arg(long, env = "WEBHOOKD_ROLE", value_enum, default_value_t = Role::All)]
+    pub role: Role,
+
+    #[command(flatten)]
+    pub outbox: OutboxSettings,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OutboxSettings {
+    /// Deliver outbox rows by POSTing them here (signed, Standard Webhooks).
+    /// Unset: the `log` sink, which only logs them.
+    #[arg(long, env = "WEBHOOKD_SINK_URL", hide_env_values = true)]
+    pub sink_url: Option<SecretString>,
+
+    /// The `whsec_...` secret the receiving app verifies deliveries with.
+    #[arg(long, env = "WEBHOOKD_SINK_SECRET", hide_env_values = true)]
+    pub sink_secret: Option<SecretString>,
+
+    /// Longest a delivery may take.
+    #[arg(long, env = "WEBHOOKD_SINK_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub sink_timeout: Duration,
+
+    /// Rows leased per pass.
+    #[arg(long, env = "WEBHOOKD_OUTBOX_BATCH", default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+    pub outbox_batch: i64,
+
+    /// Deliveries in flight at once.
+    #[arg(long, env = "WEBHOOKD_OUTBOX_CONCURRENCY", default_value_t = 16)]
+    pub outbox_concurrency: usize,
+
+    /// How long a leased row is hidden from other drainers (above the sink timeout).
+    #[arg(long, env = "WEBHOOKD_OUTBOX_LEASE", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub outbox_lease: Duration,
+
+    /// Fallback poll interval, besides LISTEN/NOTIFY.
+    #[arg(long, env = "WEBHOOKD_OUTBOX_POLL", value_parser = humantime::parse_duration, default_value = "5s")]
+    pub outbox_poll: Duration,
+
+    /// Attempts before a row is dead-lettered.
+    #[arg(long, env = "WEBHOOKD_OUTBOX_MAX_ATTEMPTS", default_value_t = 20, value_parser = clap::value_parser!(i32).range(1..))]
+    pub outbox_max_attempts: i32,
+
+    /// Longest wait between two attempts (also bounds a sink's Retry-After).
+    #[arg(long, env = "WEBHOOKD_OUTBOX_BACKOFF_CAP", value_parser = humantime::parse_duration, default_value = "1h")]
+    pub outbox_backoff_cap: Duration,
 }
 
 impl Default for ServeSettings {

@@ -1,6 +1,7 @@
 //! webhookd: receives payment-provider webhooks, verifies them on their raw
 //! bytes, and applies each event exactly once in one Postgres transaction.
 
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod db;
@@ -13,6 +14,7 @@ pub mod ledger;
 pub mod outbox;
 pub mod payments;
 pub mod providers;
+pub mod sinks;
 pub mod startup;
 pub mod subscriptions;
 pub mod telemetry;

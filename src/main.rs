@@ -3,9 +3,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use webhookd::clock::Clock;
 use webhookd::config::{self, Cli, Command, DatabaseSettings, ServeSettings};
-use webhookd::startup::Application;
+use webhookd::startup::{self, Application};
 use webhookd::{db, telemetry};
 
 #[tokio::main]
@@ -32,6 +33,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("migrations applied");
             Ok(())
         }
+        Some(Command::Outbox(command)) => {
+            webhookd::cli::outbox::run(&pool, &command, &mut std::io::stdout()).await
+        }
         Some(Command::Serve(settings)) => serve(*settings, &cli.database, pool).await,
         None => serve(ServeSettings::default(), &cli.database, pool).await,
     }
@@ -42,17 +46,36 @@ async fn serve(
     database: &DatabaseSettings,
     pool: sqlx::PgPool,
 ) -> anyhow::Result<()> {
-    settings.sources = config::sources_from_env(std::env::vars())?;
+    settings.sources = config::sources_from_env(
+        // Only our own variables; others need not even be valid Unicode.
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    )?;
     db::migrate(database)
         .await
         .context("migrations failed at start-up")?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    let app = Application::build(&settings, pool.clone(), Clock::System, shutdown).await?;
-    app.run_until_stopped().await?;
+    let tasks = TaskTracker::new();
+    if settings.role.drains() {
+        let drainer = startup::drainer(&settings, pool.clone(), Clock::System)?;
+        tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
+    }
+    let served = if settings.role.serves_http() {
+        let app =
+            Application::build(&settings, pool.clone(), Clock::System, shutdown.clone()).await?;
+        app.run_until_stopped().await
+    } else {
+        shutdown.cancelled().await;
+        Ok(())
+    };
+    // Whatever stopped the server stops the drainer too (soft stop, then hard).
+    shutdown.cancel();
+    tasks.close();
+    tasks.wait().await;
     pool.close().await;
     tracing::info!("stopped");
-    Ok(())
+    served
 }
 
 /// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces exit.

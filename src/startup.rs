@@ -11,7 +11,12 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::config::ServeSettings;
 use crate::http::{self, AppState, Limits};
+use crate::outbox::retry::RetryPolicy;
+use crate::outbox::{Drainer, DrainerSettings};
 use crate::providers::Providers;
+use crate::sinks::Sink;
+use crate::sinks::http::HttpSink;
+use crate::sinks::log::LogSink;
 
 pub struct Application {
     listener: TcpListener,
@@ -79,4 +84,39 @@ impl Application {
             }
         }
     }
+}
+
+/// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`
+/// is set (it then needs `WEBHOOKD_SINK_SECRET`), else the `log` sink.
+pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::Result<Drainer> {
+    use secrecy::ExposeSecret;
+    let outbox = &settings.outbox;
+    let sink = match (&outbox.sink_url, &outbox.sink_secret) {
+        (Some(url), Some(secret)) => Sink::Http(Box::new(HttpSink::new(
+            url.expose_secret(),
+            secret.expose_secret(),
+            outbox.sink_timeout,
+            clock.clone(),
+        )?)),
+        (Some(_), None) => {
+            anyhow::bail!("WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not")
+        }
+        (None, _) => Sink::Log(LogSink),
+    };
+    anyhow::ensure!(
+        outbox.outbox_lease > outbox.sink_timeout,
+        "WEBHOOKD_OUTBOX_LEASE must be longer than WEBHOOKD_SINK_TIMEOUT"
+    );
+    tracing::info!(sink = sink.name(), "outbox drainer configured");
+    let drainer_settings = DrainerSettings {
+        batch: outbox.outbox_batch,
+        concurrency: outbox.outbox_concurrency,
+        lease: outbox.outbox_lease,
+        poll: outbox.outbox_poll,
+        retry: RetryPolicy {
+            max_attempts: outbox.outbox_max_attempts,
+            cap: outbox.outbox_backoff_cap,
+        },
+    };
+    Ok(Drainer::new(pool, sink, drainer_settings, clock))
 }

@@ -1,7 +1,7 @@
 //! All outbox SQL.
 
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 /// Writes one outbox row for `topic` and notifies the drainer (delivered at
 /// commit). The dedupe key is `{provider}:{event_id}`: an event writes at most
@@ -50,4 +50,199 @@ pub async fn invoice_paid_owner(
     )
     .fetch_optional(conn)
     .await
+}
+
+/// A row leased for delivery. `attempts` counts this attempt; the outcome is
+/// recorded against `(id, attempts)`, so a delivery whose lease expired and
+/// was taken over cannot overwrite the newer attempt's outcome.
+#[derive(Debug, Clone)]
+pub struct Leased {
+    pub id: i64,
+    pub topic: String,
+    pub provider: String,
+    pub event_id: String,
+    /// The type of the event that wrote the row, while that event is kept.
+    pub event_type: Option<String>,
+    pub payload: Value,
+    pub attempts: i32,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
+
+/// Leases up to `limit` due rows for `lease_secs`: one statement picks them
+/// with `for update skip locked`, bumps `attempts`, sets `locked_until`, and
+/// commits. `now` is Unix seconds, or `None` for the database's clock.
+pub async fn lease(
+    pool: &PgPool,
+    limit: i64,
+    lease_secs: f64,
+    now: Option<f64>,
+) -> Result<Vec<Leased>, sqlx::Error> {
+    sqlx::query_as!(
+        Leased,
+        r#"
+        with clock as (select coalesce(to_timestamp($3::float8), now()) as now),
+        due as (
+            select id from outbox, clock
+            where delivered_at is null and dead_at is null
+              and available_at <= clock.now
+              and (locked_until is null or locked_until <= clock.now)
+            order by available_at, id
+            limit $1
+            for update of outbox skip locked
+        )
+        update outbox o
+        set attempts = o.attempts + 1,
+            locked_until = clock.now + make_interval(secs => $2)
+        from due, clock
+        where o.id = due.id
+        returning o.id, o.topic, o.provider, o.event_id,
+                  (select p.event_type from processed_events p
+                   where p.provider = o.provider and p.event_id = o.event_id) as event_type,
+                  o.payload, o.attempts,
+                  to_char(o.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "created_at!"
+        "#,
+        limit,
+        lease_secs,
+        now,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// What became of one attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attempt {
+    Delivered,
+    /// Try again `after_secs` from now.
+    Retry {
+        after_secs: f64,
+        error: String,
+    },
+    /// Given up: kept, listed and re-queueable.
+    Dead {
+        error: String,
+    },
+}
+
+/// Records the outcome of attempt `attempts` of row `id`. `false` when the
+/// row was leased again since (our lease expired): nothing is overwritten.
+pub async fn record(
+    pool: &PgPool,
+    id: i64,
+    attempts: i32,
+    attempt: &Attempt,
+    now: Option<f64>,
+) -> Result<bool, sqlx::Error> {
+    let (delivered, dead, after_secs, error) = match attempt {
+        Attempt::Delivered => (true, false, 0.0, None),
+        Attempt::Retry { after_secs, error } => (false, false, *after_secs, Some(error.as_str())),
+        Attempt::Dead { error } => (false, true, 0.0, Some(error.as_str())),
+    };
+    let result = sqlx::query!(
+        r#"
+        with clock as (select coalesce(to_timestamp($3::float8), now()) as now)
+        update outbox
+        set delivered_at = case when $4 then clock.now end,
+            dead_at = case when $5 then clock.now end,
+            available_at = case when $4 or $5 then available_at
+                                else clock.now + make_interval(secs => $6) end,
+            last_error = $7,
+            locked_until = null
+        from clock
+        where id = $1 and attempts = $2 and delivered_at is null and dead_at is null
+        "#,
+        id,
+        attempts,
+        now,
+        delivered,
+        dead,
+        after_secs,
+        error,
+    )
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// One row as `webhookd outbox list` shows it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub id: i64,
+    pub topic: String,
+    pub provider: String,
+    pub event_id: String,
+    pub attempts: i32,
+    pub state: String,
+    pub created_at: String,
+    pub available_at: String,
+    pub last_error: Option<String>,
+}
+
+/// Rows not delivered yet (pending or dead), or only the dead ones, oldest first.
+pub async fn list(pool: &PgPool, dead_only: bool, limit: i64) -> Result<Vec<Listed>, sqlx::Error> {
+    sqlx::query_as!(
+        Listed,
+        r#"
+        select id, topic, provider, event_id, attempts,
+               case when dead_at is not null then 'dead'
+                    when locked_until > now() then 'leased'
+                    else 'pending' end as "state!",
+               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
+               to_char(available_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               last_error
+        from outbox
+        where delivered_at is null and (dead_at is not null or not $1)
+        order by id
+        limit $2
+        "#,
+        dead_only,
+        limit,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Re-queues dead rows (`id`, or all of them with `None`) for a fresh set of
+/// attempts. Returns the ids re-queued.
+pub async fn retry_dead(pool: &PgPool, id: Option<i64>) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        update outbox
+        set dead_at = null, attempts = 0, available_at = now(), locked_until = null
+        where dead_at is not null and delivered_at is null and ($1::bigint is null or id = $1)
+        returning id
+        "#,
+        id,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Gauges for monitoring: rows waiting, the age of the oldest, rows dead.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Depth {
+    pub pending: i64,
+    pub oldest_pending_secs: f64,
+    pub dead: i64,
+}
+
+pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select count(*) filter (where dead_at is null) as "pending!",
+               coalesce(extract(epoch from now() - min(created_at) filter (where dead_at is null)), 0)::float8
+                   as "oldest!",
+               count(*) filter (where dead_at is not null) as "dead!"
+        from outbox
+        where delivered_at is null
+        "#
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Depth {
+        pending: row.pending,
+        oldest_pending_secs: row.oldest,
+        dead: row.dead,
+    })
 }

@@ -194,7 +194,8 @@ impl Providers {
 }
 
 /// A generic source's event: the whole verified body is its object. Its type
-/// comes from a header, else (`None`) from the body's `type`.
+/// comes from a header, else (`None`) from the body's `type`, else it is
+/// [`UNKNOWN_TYPE`].
 pub(crate) fn source_event(
     provider: &Arc<str>,
     event_id: String,
@@ -203,10 +204,12 @@ pub(crate) fn source_event(
     body: &Bytes,
 ) -> Result<VerifiedEvent, SignatureError> {
     let json = parse_object(body)?;
+    // The signature and the id are good: a missing type is no reason for the
+    // sender to retry forever, so the event is forwarded as `unknown`.
     let event_type = match (event_type, json.fields.get("type")) {
         (Some(header), _) => header,
         (None, Some(Value::String(kind))) if is_identifier(kind) => kind.clone(),
-        (None, _) => return Err(SignatureError::InvalidPayload("no usable type")),
+        (None, _) => UNKNOWN_TYPE.to_owned(),
     };
     Ok(VerifiedEvent {
         provider: provider.clone(),
@@ -371,6 +374,9 @@ pub(crate) fn parse_object(body: &[u8]) -> Result<JsonBody, SignatureError> {
         _ => Err(SignatureError::InvalidPayload("expected a JSON object")),
     }
 }
+
+/// The type recorded for a verified event that names none usable.
+pub const UNKNOWN_TYPE: &str = "unknown";
 
 /// Longest event id or type we accept; the providers' own are far shorter.
 const MAX_ID_LEN: usize = 255;

@@ -12,8 +12,8 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::{
-    Keys, Kind, SignatureError, VerifiedEvent, Verify, header, is_identifier, is_unix_time,
-    lower_hex_32, parse_object, required_header,
+    Keys, Kind, SignatureError, UNKNOWN_TYPE, VerifiedEvent, Verify, header, is_identifier,
+    is_unix_time, lower_hex_32, parse_object, required_header,
 };
 use crate::config::Secrets;
 
@@ -68,28 +68,32 @@ pub(crate) fn parse_event(
     event_id: Option<&str>,
 ) -> Result<VerifiedEvent, SignatureError> {
     let super::JsonBody { mut fields, stored } = parse_object(body)?;
+    // Signed, so a malformed envelope is a permanent problem: recorded (and
+    // ignored or rejected by the effects), not refused for ever-retrying.
     let event_type = match fields.get("event") {
         Some(Value::String(kind)) if is_identifier(kind) => kind.clone(),
-        _ => return Err(SignatureError::InvalidPayload("no usable event")),
+        _ => UNKNOWN_TYPE.to_owned(),
     };
     let created = fields
         .get("created_at")
         .and_then(Value::as_i64)
-        .filter(|t| is_unix_time(*t))
-        .ok_or(SignatureError::InvalidPayload(
-            "created_at is not a Unix timestamp",
-        ))?;
+        .filter(|t| is_unix_time(*t));
     let object = fields.remove("payload").unwrap_or(Value::Null);
-    let event_id = match event_id {
-        Some(id) => id.to_owned(),
-        None => composite_id(&event_type, &fields, &object, created)?,
+    let event_id = match (event_id, created) {
+        (Some(id), _) => id.to_owned(),
+        (None, Some(created)) => composite_id(&event_type, &fields, &object, created)?,
+        (None, None) => {
+            return Err(SignatureError::InvalidPayload(
+                "no x-razorpay-event-id and no created_at to build the event id from",
+            ));
+        }
     };
     Ok(VerifiedEvent {
         provider: Arc::from(PROVIDER),
         kind: Kind::Razorpay,
         event_id,
         event_type,
-        created: Some(created),
+        created,
         object,
         raw: body.clone(),
         stored,

@@ -1,5 +1,5 @@
 //! Standard Webhooks (https://www.standardwebhooks.com): `webhook-id`,
-//! `webhook-timestamp`, and `webhook-signature`, a space-separated list of
+//! `webhook-timestamp`, and `webhook-signature` (or their `svix-` twins), a space-separated list of
 //! `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`. The key is the
 //! base64 part of the `whsec_...` secret. Other versions (`v1a`) are ignored,
 //! so a list without `v1` is refused. The timestamp must be within the
@@ -15,7 +15,7 @@ use http::HeaderMap;
 use secrecy::ExposeSecret;
 
 use super::{
-    Keys, SignatureError, VerifiedEvent, Verify, base64_32, check_tolerance, is_identifier,
+    Keys, SignatureError, VerifiedEvent, Verify, base64_32, check_tolerance, header, is_identifier,
     parse_timestamp, required_header, source_event,
 };
 use crate::config::Secrets;
@@ -60,9 +60,9 @@ impl Verify for StandardVerifier {
         body: &Bytes,
         now: i64,
     ) -> Result<VerifiedEvent, SignatureError> {
-        let id = required_header(headers, "webhook-id", "webhook-id")?;
-        let timestamp = required_header(headers, "webhook-timestamp", "webhook-timestamp")?;
-        let signatures = required_header(headers, "webhook-signature", "webhook-signature")?;
+        let id = standard_header(headers, "webhook-id", "svix-id")?;
+        let timestamp = standard_header(headers, "webhook-timestamp", "svix-timestamp")?;
+        let signatures = standard_header(headers, "webhook-signature", "svix-signature")?;
         let signed_at = parse_timestamp(timestamp).ok_or(SignatureError::MalformedHeader(
             "webhook-timestamp is not a Unix timestamp",
         ))?;
@@ -88,15 +88,51 @@ impl Verify for StandardVerifier {
     }
 }
 
+/// A Standard Webhooks header, or its `svix-` twin (what Svix-hosted senders
+/// send; the official libraries accept both).
+fn standard_header<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+    svix: &'static str,
+) -> Result<&'a str, SignatureError> {
+    match header(headers, name)? {
+        Some(value) => Ok(value),
+        None => required_header(headers, svix, name),
+    }
+}
+
+/// Signs as Standard Webhooks does, with a key decoded once.
+#[derive(Clone)]
+pub struct Signer {
+    key: super::HmacSha256,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Signer([redacted])")
+    }
+}
+
+impl Signer {
+    pub fn new(secret: &str) -> anyhow::Result<Self> {
+        use hmac::Mac;
+        let key = decode_secret(secret)?;
+        Ok(Signer {
+            key: super::HmacSha256::new_from_slice(&key).expect("any key length"),
+        })
+    }
+
+    /// The `webhook-signature` value for message `id` sent at `timestamp`.
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        use hmac::Mac;
+        let mut mac = self.key.clone();
+        mac.update(format!("{id}.{timestamp}.").as_bytes());
+        mac.update(body);
+        format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+    }
+}
+
 /// Signs as Standard Webhooks does: the `webhook-signature` value.
 pub fn signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> anyhow::Result<String> {
-    use hmac::Mac;
-    let mut mac =
-        super::HmacSha256::new_from_slice(&decode_secret(secret)?).expect("any key length");
-    mac.update(format!("{id}.{timestamp}.").as_bytes());
-    mac.update(body);
-    Ok(format!(
-        "v1,{}",
-        STANDARD.encode(mac.finalize().into_bytes())
-    ))
+    Ok(Signer::new(secret)?.sign(id, timestamp, body))
 }

@@ -44,6 +44,8 @@ struct Scheme {
     misencode: fn(secret: &str, id: &str, body: &[u8]) -> Headers,
     /// The id the event is stored under, given the delivery's id.
     stored_id: fn(id: &str) -> String,
+    /// The type it is stored under.
+    event_type: &'static str,
 }
 
 const SCHEMES: [Scheme; 4] = [
@@ -70,6 +72,7 @@ const SCHEMES: [Scheme; 4] = [
             ]
         },
         stored_id: |id| id.to_owned(),
+        event_type: "payment.captured",
     },
     Scheme {
         name: "svix",
@@ -84,6 +87,7 @@ const SCHEMES: [Scheme; 4] = [
             standard_headers(secret, id, body, |mac| format!("v1,{}", hex::encode(mac)))
         },
         stored_id: |id| id.to_owned(),
+        event_type: "invoice.created",
     },
     Scheme {
         name: "gh",
@@ -105,6 +109,7 @@ const SCHEMES: [Scheme; 4] = [
             )
         },
         stored_id: |id| id.to_owned(),
+        event_type: "push",
     },
     Scheme {
         name: "shop",
@@ -120,6 +125,7 @@ const SCHEMES: [Scheme; 4] = [
             shopify_headers(id, hex::encode(hmac(secret.as_bytes(), &[body])))
         },
         stored_id: |id| id.to_owned(),
+        event_type: "orders/create",
     },
 ];
 
@@ -225,6 +231,13 @@ async fn every_scheme_applies_a_valid_delivery_once(pool: PgPool) {
 
         let (stored_outcome, _) = app.event_of(scheme.name, &(scheme.stored_id)(&id)).await;
         assert_eq!(stored_outcome, "processed");
+        let event_type: String =
+            sqlx::query_scalar("select event_type from processed_events where provider = $1")
+                .bind(scheme.name)
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+        assert_eq!(event_type, scheme.event_type, "{}", scheme.name);
         let rows = scheme.outbox_rows(&app).await;
         assert_eq!(rows.len(), 1, "{}", scheme.name);
         if scheme.name != "razorpay" {
@@ -392,8 +405,33 @@ async fn standard_webhooks_timestamps_outside_the_tolerance_are_refused(pool: Pg
             .post_to("svix", body.clone().into_bytes(), &headers)
             .await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "signed at {t}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"], "timestamp outside the tolerance");
     }
     app.assert_nothing_written().await;
+
+    // At the edges of the tolerance, and with the `svix-` header names.
+    for (n, t) in [(1, t0 - 300), (2, t0 + 300)] {
+        let id = format!("msg_edge_{n}");
+        let ts = t.to_string();
+        let mac = hmac(
+            &key,
+            &[id.as_bytes(), b".", ts.as_bytes(), b".", body.as_bytes()],
+        );
+        let headers = vec![
+            ("svix-id".to_owned(), id.clone()),
+            ("svix-timestamp".to_owned(), ts),
+            (
+                "svix-signature".to_owned(),
+                format!("v1,{}", BASE64.encode(mac)),
+            ),
+        ];
+        let response = app
+            .post_to("svix", body.clone().into_bytes(), &headers)
+            .await;
+        assert_eq!(outcome(response).await, "processed", "signed at {t}");
+    }
+    app.assert_consistent().await;
 }
 
 #[sqlx::test]
@@ -459,15 +497,18 @@ fn standard_webhooks_known_answer() {
             "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
         ),
     ]);
-    let result = verifier.verify(
-        &h,
-        &Bytes::from_static(br#"{"test": 2432232314}"#),
-        1_614_265_330,
-    );
+    let event = verifier
+        .verify(
+            &h,
+            &Bytes::from_static(br#"{"test": 2432232314}"#),
+            1_614_265_330,
+        )
+        .unwrap();
+    assert_eq!(event.event_id(), "msg_p5jXN8AQM9LWM0D4loKWxJek");
     assert_eq!(
-        result.err(),
-        Some(SignatureError::InvalidPayload("no usable type")),
-        "signature accepted, no type"
+        event.event_type(),
+        "unknown",
+        "no type in the body: forwarded as unknown"
     );
     let result = verifier.verify(
         &h,

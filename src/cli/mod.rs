@@ -1,0 +1,3 @@
+//! Operator commands. They call the same library entry points as the server.
+
+pub mod outbox;

@@ -1,0 +1,540 @@
+//! The outbox drainer against a real local HTTP server that checks each
+//! delivery's Standard Webhooks signature. Time is injected; queues are
+//! drained explicitly.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use serde_json::Value;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use webhookd::clock::Clock;
+use webhookd::config::{OutboxCommand, Secrets};
+use webhookd::outbox::retry::RetryPolicy;
+use webhookd::outbox::worker::Drained;
+use webhookd::outbox::{Drainer, DrainerSettings};
+use webhookd::providers::Verify;
+use webhookd::providers::standard::StandardVerifier;
+use webhookd::sinks::Sink;
+use webhookd::sinks::http::HttpSink;
+use webhookd::sinks::log::LogSink;
+
+use crate::helpers::{now, payment_intent_succeeded, spawn_app};
+
+const SINK_SECRET: &str = "whsec_c2luay1zZWNyZXQtZm9yLXRoZS10ZXN0cw==";
+
+/// One request the sink received.
+#[derive(Debug, Clone)]
+struct Received {
+    webhook_id: String,
+    body: Value,
+    /// The Standard Webhooks signature checked out.
+    verified: bool,
+}
+
+#[derive(Default)]
+struct SinkState {
+    /// Statuses to answer, in order; 200 once they run out.
+    script: Mutex<VecDeque<(u16, Option<&'static str>)>>,
+    received: Mutex<Vec<Received>>,
+    arrived: Notify,
+    /// When set, each request waits for a permit before answering.
+    gate: Mutex<Option<Arc<Semaphore>>>,
+}
+
+/// A user's app: verifies, records, answers as scripted.
+struct TestSink {
+    url: String,
+    state: Arc<SinkState>,
+}
+
+impl TestSink {
+    async fn start() -> TestSink {
+        let state = Arc::new(SinkState::default());
+        let app = axum::Router::new()
+            .route("/hooks", post(receive))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        TestSink { url, state }
+    }
+
+    fn script(&self, statuses: &[(u16, Option<&'static str>)]) {
+        self.state
+            .script
+            .lock()
+            .unwrap()
+            .extend(statuses.iter().copied());
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    /// Holds every request until the returned semaphore gets permits.
+    fn hold(&self) -> Arc<Semaphore> {
+        let gate = Arc::new(Semaphore::new(0));
+        *self.state.gate.lock().unwrap() = Some(gate.clone());
+        gate
+    }
+
+    /// The `http` sink pointed at this app.
+    fn sink(&self, clock: Clock) -> Sink {
+        let sink = HttpSink::new(&self.url, SINK_SECRET, Duration::from_secs(5), clock).unwrap();
+        Sink::Http(Box::new(sink))
+    }
+
+    fn drainer(&self, pool: PgPool, clock: Clock, max_attempts: i32) -> Drainer {
+        Drainer::new(
+            pool,
+            self.sink(clock.clone()),
+            settings(max_attempts),
+            clock,
+        )
+    }
+}
+
+fn settings(max_attempts: i32) -> DrainerSettings {
+    DrainerSettings {
+        batch: 50,
+        concurrency: 8,
+        lease: Duration::from_secs(30),
+        poll: Duration::from_millis(100),
+        retry: RetryPolicy {
+            max_attempts,
+            cap: Duration::from_secs(3600),
+        },
+    }
+}
+
+async fn receive(State(state): State<Arc<SinkState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let verifier = StandardVerifier::new("sink".into(), &Secrets::new([SINK_SECRET]), 300).unwrap();
+    let signed_at: i64 = headers["webhook-timestamp"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let received = Received {
+        webhook_id: headers["webhook-id"].to_str().unwrap().to_owned(),
+        body: serde_json::from_slice(&body).unwrap(),
+        verified: verifier.verify(&headers, &body, signed_at).is_ok(),
+    };
+    state.received.lock().unwrap().push(received);
+    state.arrived.notify_waiters();
+    let gate = state.gate.lock().unwrap().clone();
+    if let Some(gate) = gate {
+        gate.acquire().await.unwrap().forget();
+    }
+    let next = state.script.lock().unwrap().pop_front();
+    let (status, retry_after) = next.unwrap_or((200, None));
+    let mut response = StatusCode::from_u16(status).unwrap().into_response();
+    if let Some(value) = retry_after {
+        response
+            .headers_mut()
+            .insert("retry-after", value.parse().unwrap());
+    }
+    response
+}
+
+/// Outbox rows written directly, as the ingest transaction writes them.
+async fn seed(pool: &PgPool, count: i64) -> Vec<i64> {
+    sqlx::query_scalar(
+        "insert into outbox (topic, dedupe_key, provider, event_id, payload)
+         select 'wallet.credited', 'stripe:evt_' || g, 'stripe', 'evt_' || g, jsonb_build_object('n', g)
+         from generate_series(1, $1) g
+         returning id",
+    )
+    .bind(count)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct Row {
+    attempts: i32,
+    delivered: bool,
+    dead: bool,
+    /// Seconds from `now` until the row is due.
+    due_in: f64,
+    last_error: Option<String>,
+}
+
+async fn row(pool: &PgPool, id: i64, now: i64) -> Row {
+    sqlx::query_as(
+        "select attempts, delivered_at is not null as delivered, dead_at is not null as dead,
+                extract(epoch from available_at - to_timestamp($2))::float8 as due_in, last_error
+         from outbox where id = $1",
+    )
+    .bind(id)
+    .bind(now)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn a_committed_effect_reaches_the_users_app_once_signed_with_its_outbox_id(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver(
+        &payment_intent_succeeded("evt_out", "pi_out", "user_1", 1500),
+        "processed",
+    )
+    .await;
+    let sink = TestSink::start().await;
+    let drainer = sink.drainer(pool.clone(), Clock::System, 5);
+
+    let drained = drainer.drain_once().await.unwrap();
+    assert_eq!(
+        drained,
+        Drained {
+            leased: 1,
+            delivered: 1,
+            retried: 0,
+            dead: 0
+        }
+    );
+    assert_eq!(
+        drainer.drain_once().await.unwrap().leased,
+        0,
+        "nothing left to deliver"
+    );
+
+    let received = sink.received();
+    assert_eq!(received.len(), 1);
+    let outbox_id: i64 = sqlx::query_scalar("select id from outbox")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        received[0].verified,
+        "the signature verifies with the Standard Webhooks scheme"
+    );
+    assert_eq!(received[0].webhook_id, outbox_id.to_string());
+    assert_eq!(received[0].body["type"], "wallet.credited");
+    assert_eq!(received[0].body["event_id"], "evt_out");
+    assert_eq!(received[0].body["data"]["amount_minor"], 1500);
+    let stored = row(&pool, outbox_id, now()).await;
+    assert!(stored.delivered && !stored.dead);
+    assert_eq!(stored.attempts, 1);
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn a_failing_sink_is_retried_with_backoff_until_it_answers(pool: PgPool) {
+    let t0 = now() + 5;
+    let clock = Clock::manual(t0);
+    let sink = TestSink::start().await;
+    sink.script(&[(500, None), (500, None)]);
+    let drainer = sink.drainer(pool.clone(), clock.clone(), 10);
+    let id = seed(&pool, 1).await[0];
+
+    assert_eq!(drainer.drain_once().await.unwrap().retried, 1);
+    let after_one = row(&pool, id, t0).await;
+    assert_eq!(after_one.attempts, 1);
+    assert!(
+        (0.9..=1.1).contains(&after_one.due_in),
+        "1 s ± 10%: {}",
+        after_one.due_in
+    );
+    assert_eq!(after_one.last_error.as_deref(), Some("HTTP 500"));
+    assert_eq!(
+        drainer.drain_once().await.unwrap().leased,
+        0,
+        "not due before its backoff"
+    );
+
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(drainer.drain_once().await.unwrap().retried, 1);
+    let after_two = row(&pool, id, t0 + 2).await;
+    assert!(
+        (14.4..=17.6).contains(&after_two.due_in),
+        "16 s ± 10%: {}",
+        after_two.due_in
+    );
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(
+        drainer.drain_once().await.unwrap().leased,
+        0,
+        "not due before its backoff"
+    );
+
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
+    let delivered = row(&pool, id, t0).await;
+    assert!(delivered.delivered);
+    assert_eq!(delivered.attempts, 3);
+    let ids: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    assert_eq!(
+        ids,
+        vec![id.to_string(); 3],
+        "one stable webhook-id across retries"
+    );
+}
+
+#[sqlx::test]
+async fn a_sink_down_past_max_attempts_dead_letters_and_retry_requeues(pool: PgPool) {
+    let t0 = now() + 5;
+    let clock = Clock::manual(t0);
+    let sink = TestSink::start().await;
+    sink.script(&[(503, None), (503, None)]);
+    let drainer = sink.drainer(pool.clone(), clock.clone(), 2);
+    let id = seed(&pool, 1).await[0];
+
+    drainer.drain_once().await.unwrap();
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(drainer.drain_once().await.unwrap().dead, 1);
+    let dead = row(&pool, id, t0).await;
+    assert!(dead.dead && !dead.delivered);
+    assert_eq!(
+        dead.last_error.as_deref(),
+        Some("HTTP 503 (after 2 attempts)")
+    );
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(
+        drainer.drain_once().await.unwrap().leased,
+        0,
+        "dead rows are kept, not retried"
+    );
+
+    let mut listing = Vec::new();
+    webhookd::cli::outbox::run(
+        &pool,
+        &OutboxCommand::List {
+            dead: true,
+            limit: 10,
+        },
+        &mut listing,
+    )
+    .await
+    .unwrap();
+    let listing = String::from_utf8(listing).unwrap();
+    assert!(
+        listing.contains("dead") && listing.contains("HTTP 503"),
+        "{listing}"
+    );
+
+    let mut output = Vec::new();
+    let retry = OutboxCommand::Retry {
+        id: Some(id),
+        all_dead: false,
+    };
+    webhookd::cli::outbox::run(&pool, &retry, &mut output)
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(output).unwrap(),
+        format!("re-queued 1: {id}\n")
+    );
+    // Retrying a row that is not dead is an error, not a silent no-op.
+    assert!(
+        webhookd::cli::outbox::run(&pool, &retry, &mut Vec::new())
+            .await
+            .is_err()
+    );
+
+    // The re-queued row is due at the database's now, which the pinned clock passed.
+    assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
+    let delivered = row(&pool, id, t0).await;
+    assert!(delivered.delivered && !delivered.dead);
+    assert_eq!(sink.received().len(), 3);
+}
+
+#[sqlx::test]
+async fn permanent_refusals_dead_letter_at_once_and_retry_after_is_honoured(pool: PgPool) {
+    let t0 = now() + 5;
+    let clock = Clock::manual(t0);
+    let sink = TestSink::start().await;
+    let ids = seed(&pool, 2).await;
+    let drainer = Drainer::new(
+        pool.clone(),
+        sink.sink(clock.clone()),
+        DrainerSettings {
+            concurrency: 1,
+            ..settings(10)
+        },
+        clock.clone(),
+    );
+    sink.script(&[(422, None), (429, Some("120"))]);
+    let drained = drainer.drain_once().await.unwrap();
+    assert_eq!((drained.dead, drained.retried), (1, 1));
+    let (first, second) = (row(&pool, ids[0], t0).await, row(&pool, ids[1], t0).await);
+    assert!(first.dead);
+    assert_eq!(first.last_error.as_deref(), Some("HTTP 422"));
+    assert!(!second.dead);
+    assert!(
+        (119.0..=121.0).contains(&second.due_in),
+        "Retry-After 120: {}",
+        second.due_in
+    );
+}
+
+#[sqlx::test]
+async fn two_drainers_deliver_a_thousand_rows_each_exactly_once(pool: PgPool) {
+    seed(&pool, 1000).await;
+    let sink = TestSink::start().await;
+    let options = (*pool.connect_options()).clone();
+    let shutdown = CancellationToken::new();
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let own_pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        let drainer = sink.drainer(own_pool, Clock::System, 5);
+        runs.push(tokio::spawn(
+            drainer.run(shutdown.clone(), Duration::from_secs(5)),
+        ));
+    }
+    // Observe (bounded) until everything is delivered.
+    let mut delivered = 0;
+    for _ in 0..600 {
+        delivered = sqlx::query_scalar::<_, i64>(
+            "select count(*) from outbox where delivered_at is not null",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if delivered == 1000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    for run in runs {
+        run.await.unwrap();
+    }
+    assert_eq!(delivered, 1000);
+    let received = sink.received();
+    let mut per_id: HashMap<String, usize> = HashMap::new();
+    for r in &received {
+        assert!(r.verified);
+        *per_id.entry(r.webhook_id.clone()).or_default() += 1;
+    }
+    assert_eq!(per_id.len(), 1000, "every row delivered");
+    assert!(per_id.values().all(|n| *n == 1), "none delivered twice");
+    let attempts: i64 = sqlx::query_scalar("select sum(attempts) from outbox")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 1000);
+}
+
+#[sqlx::test]
+async fn a_drainer_killed_mid_delivery_is_taken_over_after_its_lease_expires(pool: PgPool) {
+    let t0 = now() + 5;
+    let clock = Clock::manual(t0);
+    let sink = TestSink::start().await;
+    let gate = sink.hold();
+    let id = seed(&pool, 1).await[0];
+
+    let first = sink.drainer(pool.clone(), clock.clone(), 5);
+    let arrived = sink.state.arrived.notified();
+    let killed = tokio::spawn(async move { first.drain_once().await });
+    arrived.await;
+    killed.abort(); // the process dies with the delivery in flight
+    assert!(killed.await.unwrap_err().is_cancelled());
+
+    let second = sink.drainer(pool.clone(), clock.clone(), 5);
+    assert_eq!(
+        second.drain_once().await.unwrap().leased,
+        0,
+        "the lease still holds"
+    );
+    clock.advance(Duration::from_secs(31));
+    gate.add_permits(2);
+    assert_eq!(second.drain_once().await.unwrap().delivered, 1);
+
+    let ids: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    assert_eq!(
+        ids,
+        vec![id.to_string(); 2],
+        "redelivered with the same webhook-id"
+    );
+    let delivered = row(&pool, id, t0).await;
+    assert!(delivered.delivered);
+    assert_eq!(delivered.attempts, 2);
+}
+
+#[sqlx::test]
+async fn shutdown_lets_in_flight_deliveries_finish(pool: PgPool) {
+    let sink = TestSink::start().await;
+    let gate = sink.hold();
+    let id = seed(&pool, 1).await[0];
+    let drainer = sink.drainer(pool.clone(), Clock::System, 5);
+    let shutdown = CancellationToken::new();
+    let arrived = sink.state.arrived.notified();
+    let run = tokio::spawn(drainer.run(shutdown.clone(), Duration::from_secs(10)));
+    arrived.await;
+
+    shutdown.cancel();
+    gate.add_permits(1);
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the drainer stops")
+        .unwrap();
+    assert!(
+        row(&pool, id, now()).await.delivered,
+        "the in-flight delivery was finished and recorded"
+    );
+}
+
+#[sqlx::test]
+async fn a_notification_wakes_the_drainer_without_waiting_for_the_poll(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let sink = TestSink::start().await;
+    let drainer = Drainer::new(
+        pool.clone(),
+        sink.sink(Clock::System),
+        DrainerSettings {
+            poll: Duration::from_secs(3600),
+            ..settings(5)
+        },
+        Clock::System,
+    );
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(drainer.run(shutdown.clone(), Duration::from_secs(5)));
+    // Let the first, empty pass and the LISTEN happen, observed (bounded).
+    for _ in 0..200 {
+        let listening: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where query ilike 'listen%' and datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if listening > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let arrived = sink.state.arrived.notified();
+    app.deliver(
+        &payment_intent_succeeded("evt_wake", "pi_wake", "user_1", 100),
+        "processed",
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(20), arrived)
+        .await
+        .expect("delivered long before the hour-long poll");
+    shutdown.cancel();
+    run.await.unwrap();
+    assert_eq!(sink.received()[0].body["event_id"], "evt_wake");
+}
+
+#[sqlx::test]
+async fn the_log_sink_delivers_at_once(pool: PgPool) {
+    let id = seed(&pool, 1).await[0];
+    let drainer = Drainer::new(pool.clone(), Sink::Log(LogSink), settings(5), Clock::System);
+    assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
+    assert!(row(&pool, id, now()).await.delivered);
+}
