@@ -2,7 +2,7 @@
 //! dependency (`deferred_events`): all of their SQL.
 
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use crate::effects::Outcome;
 use crate::providers::VerifiedEvent;
@@ -82,6 +82,7 @@ pub async fn defer(
 pub struct StoredEvent {
     pub provider: String,
     pub event_id: String,
+    pub event_type: String,
     pub payload: String,
 }
 
@@ -99,7 +100,7 @@ pub async fn take_deferred(
             where provider = $1 and waits_for = $2
             returning provider, event_id
         )
-        select e.provider, e.event_id, e.payload::text as "payload!"
+        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!"
         from taken join processed_events e using (provider, event_id)
         order by e.provider_created_at nulls first, e.event_id
         "#,
@@ -108,4 +109,93 @@ pub async fn take_deferred(
     )
     .fetch_all(conn)
     .await
+}
+
+/// One line of `webhookd events list`.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub provider: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub outcome: String,
+    pub received_at: String,
+}
+
+/// The newest events first, optionally of one provider.
+pub async fn list(
+    pool: &PgPool,
+    provider: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Summary>, sqlx::Error> {
+    sqlx::query_as!(
+        Summary,
+        r#"
+        select provider, event_id, event_type, outcome,
+               to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!"
+        from processed_events
+        where $1::text is null or provider = $1
+        order by received_at desc
+        limit $2
+        "#,
+        provider,
+        limit,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// A stored event with everything kept about it.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub provider: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub outcome: String,
+    pub detail: Value,
+    pub payload: String,
+    pub provider_created_at: Option<String>,
+    pub received_at: String,
+}
+
+pub async fn find(
+    pool: &PgPool,
+    provider: &str,
+    event_id: &str,
+) -> Result<Option<Stored>, sqlx::Error> {
+    sqlx::query_as!(
+        Stored,
+        r#"
+        select provider, event_id, event_type, outcome, detail, payload::text as "payload!",
+               to_char(provider_created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as provider_created_at,
+               to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!"
+        from processed_events
+        where provider = $1 and event_id = $2
+        "#,
+        provider,
+        event_id,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// Deletes up to `batch` events received before `cutoff` (Unix seconds),
+/// skipping rows other transactions hold, so it never waits on ingest.
+/// Deferred events are kept: they still wait for their dependency.
+pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, sqlx::Error> {
+    let result = sqlx::query!(
+        r#"
+        delete from processed_events
+        where (provider, event_id) in (
+            select provider, event_id from processed_events
+            where received_at < to_timestamp($1::float8) and outcome <> 'deferred'
+            limit $2
+            for update skip locked
+        )
+        "#,
+        cutoff,
+        batch,
+    )
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected())
 }

@@ -42,3 +42,39 @@ fn receipt(outcome: Outcome, event: &VerifiedEvent) -> Receipt {
         event_id: event.event_id().to_owned(),
     }
 }
+
+/// Re-runs a stored event's effects through the same idempotent path, in one
+/// transaction. Effects that exist already are kept: their natural keys make
+/// them no-ops, so replaying an applied event changes nothing. The stored
+/// outcome is updated only when an event that was not `processed` now has
+/// another outcome (say, `rejected` before a fix).
+pub async fn replay(
+    pool: &PgPool,
+    event: &VerifiedEvent,
+    stored_outcome: &str,
+) -> Result<Replayed, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let applied = effects::apply(&mut tx, event).await?;
+    let recorded =
+        stored_outcome != Outcome::Processed.as_str() && applied.outcome.as_str() != stored_outcome;
+    if recorded {
+        events::record_outcome(
+            &mut tx,
+            event.provider(),
+            event.event_id(),
+            applied.outcome,
+            &applied.detail,
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(Replayed { applied, recorded })
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replayed {
+    pub applied: effects::Applied,
+    /// Whether the stored outcome was replaced.
+    pub recorded: bool,
+}

@@ -189,3 +189,28 @@ pub async fn mismatches(conn: &mut PgConnection) -> Result<Vec<Mismatch>, sqlx::
     .fetch_all(conn)
     .await
 }
+
+/// Entries newer than `since` (Unix seconds) whose event is not recorded:
+/// within the retention window every entry must have one.
+pub async fn orphan_entries(
+    conn: &mut PgConnection,
+    since: f64,
+) -> Result<Vec<(i64, String, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select w.id, w.provider, w.event_id
+        from wallet_entries w
+        where w.created_at >= to_timestamp($1::float8)
+          and not exists (select 1 from processed_events e
+                          where e.provider = w.provider and e.event_id = w.event_id)
+        order by w.id
+        "#,
+        since,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.id, r.provider, r.event_id))
+        .collect())
+}

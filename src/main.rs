@@ -24,8 +24,15 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let out = &mut std::io::stdout();
+    // Commands that need no database.
+    match &cli.command {
+        Some(Command::Send(args)) => return webhookd::cli::send::run(args, out).await,
+        Some(Command::Healthcheck { url }) => return webhookd::cli::healthcheck(url, out).await,
+        _ => {}
+    }
     let pool = db::pool(&cli.database)?;
-    match cli.command {
+    let result = match cli.command {
         Some(Command::Migrate) => {
             db::migrate(&cli.database)
                 .await
@@ -33,12 +40,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("migrations applied");
             Ok(())
         }
-        Some(Command::Outbox(command)) => {
-            webhookd::cli::outbox::run(&pool, &command, &mut std::io::stdout()).await
+        Some(Command::Outbox(command)) => webhookd::cli::outbox::run(&pool, &command, out).await,
+        Some(Command::Events(command)) => webhookd::cli::events::run(&pool, &command, out).await,
+        Some(Command::Explain { subject }) => {
+            let found = webhookd::cli::explain::run(&pool, &subject, out).await?;
+            anyhow::ensure!(found, "nothing found for {subject}");
+            Ok(())
         }
-        Some(Command::Serve(settings)) => serve(*settings, &cli.database, pool).await,
-        None => serve(ServeSettings::default(), &cli.database, pool).await,
-    }
+        Some(Command::Reconcile(retention)) => {
+            let ok = webhookd::cli::reconcile::run(&pool, &retention, out).await?;
+            anyhow::ensure!(ok, "the ledger does not reconcile");
+            Ok(())
+        }
+        Some(Command::Prune(args)) => webhookd::cli::prune::run(&pool, &args, &Clock::System, out)
+            .await
+            .map(|_| ()),
+        Some(Command::Send(_) | Command::Healthcheck { .. }) => unreachable!("handled above"),
+        Some(Command::Serve(settings)) => return serve(*settings, &cli.database, pool).await,
+        None => return serve(ServeSettings::default(), &cli.database, pool).await,
+    };
+    pool.close().await;
+    result
 }
 
 async fn serve(

@@ -128,11 +128,16 @@ fn apply_waiting<'a>(
         let mut applied = Vec::new();
         for stored in events::take_deferred(conn, provider, waits_for).await? {
             let payload = stored.payload.into();
-            let mut result =
-                match providers::from_stored(&stored.provider, &stored.event_id, payload) {
-                    Ok(waiting) => apply(conn, &waiting).await?,
-                    Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
-                };
+            let waiting = providers::from_stored(
+                &stored.provider,
+                &stored.event_id,
+                &stored.event_type,
+                payload,
+            );
+            let mut result = match waiting {
+                Ok(waiting) => apply(conn, &waiting).await?,
+                Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
+            };
             if let Value::Object(detail) = &mut result.detail {
                 detail.insert("applied_by".into(), by_event_id.into());
             }

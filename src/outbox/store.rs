@@ -246,3 +246,29 @@ pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
         dead: row.dead,
     })
 }
+
+/// Deletes up to `batch` rows delivered before `cutoff` (Unix seconds),
+/// skipping locked rows. Dead rows are kept, and so are `invoice.paid` rows,
+/// which carry that event's natural key (one announcement per invoice).
+pub async fn prune_delivered_batch(
+    pool: &PgPool,
+    cutoff: f64,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
+    let result = sqlx::query!(
+        r#"
+        delete from outbox
+        where id in (
+            select id from outbox
+            where delivered_at < to_timestamp($1::float8) and topic <> 'invoice.paid'
+            limit $2
+            for update skip locked
+        )
+        "#,
+        cutoff,
+        batch,
+    )
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected())
+}

@@ -224,18 +224,24 @@ pub(crate) fn source_event(
 }
 
 /// Rebuilds an event that this service verified and stored itself (a
-/// deferred event, or a replay) from its stored row.
+/// deferred event, or a replay) from its stored row. Any provider name other
+/// than the built-in ones is a generic source.
 pub fn from_stored(
     provider: &str,
     event_id: &str,
+    event_type: &str,
     payload: Bytes,
 ) -> Result<VerifiedEvent, SignatureError> {
     match provider {
         stripe::PROVIDER => stripe::parse_event(&payload),
         razorpay::PROVIDER => razorpay::parse_event(&payload, Some(event_id)),
-        _ => Err(SignatureError::InvalidPayload(
-            "no stored-event parser for this provider",
-        )),
+        source => source_event(
+            &Arc::from(source),
+            event_id.to_owned(),
+            Some(event_type.to_owned()),
+            None,
+            &payload,
+        ),
     }
 }
 

@@ -11,7 +11,7 @@ use webhookd::providers::stripe::signature_header;
 
 use crate::helpers::{SECRET, now, payment_intent_succeeded};
 
-fn database_url(pool: &PgPool) -> String {
+pub(crate) fn database_url(pool: &PgPool) -> String {
     let options = pool.connect_options();
     format!(
         "postgres://{}@{}:{}/{}",

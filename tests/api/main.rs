@@ -1,6 +1,7 @@
 mod helpers;
 mod ingest;
 mod lifecycle;
+mod operations;
 mod outbox;
 mod razorpay;
 mod schemes;

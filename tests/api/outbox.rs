@@ -103,7 +103,7 @@ impl TestSink {
     }
 }
 
-fn settings(max_attempts: i32) -> DrainerSettings {
+pub(crate) fn settings(max_attempts: i32) -> DrainerSettings {
     DrainerSettings {
         batch: 50,
         concurrency: 8,

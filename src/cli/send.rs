@@ -1,0 +1,173 @@
+//! `webhookd send <provider> <event-type>`: signs a realistic sample event
+//! with the configured secret and POSTs it, like `stripe trigger` but offline.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+
+use crate::config::SendArgs;
+use crate::providers::{razorpay, stripe};
+
+pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH)?;
+    let t = i64::try_from(now.as_secs())?;
+    let unique = now.as_nanos();
+    let (path, body, headers) = match args.provider.as_str() {
+        stripe::PROVIDER => {
+            let secret = first_secret(&args.stripe_webhook_secret, "STRIPE_WEBHOOK_SECRET")?;
+            let body = stripe_event(args, t, unique).to_string();
+            let header = stripe::signature_header(secret, t, body.as_bytes());
+            (
+                stripe::PROVIDER,
+                body,
+                vec![(stripe::SIGNATURE_HEADER, header)],
+            )
+        }
+        razorpay::PROVIDER => {
+            let secret = first_secret(&args.razorpay_webhook_secret, "RAZORPAY_WEBHOOK_SECRET")?;
+            let body = razorpay_event(args, t, unique).to_string();
+            let signature = razorpay::signature(secret, body.as_bytes());
+            let headers = vec![
+                (razorpay::SIGNATURE_HEADER, signature),
+                (razorpay::EVENT_ID_HEADER, format!("evt_send_{unique}")),
+            ];
+            (razorpay::PROVIDER, body, headers)
+        }
+        other => anyhow::bail!("cannot send samples for `{other}`: stripe or razorpay"),
+    };
+    let url = format!("{}/webhooks/{path}", args.url.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let mut request = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(body.clone());
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{url} did not answer: {}", e.without_url()))?;
+    let status = response.status();
+    let answer = response.text().await.unwrap_or_default();
+    writeln!(out, "POST {url}: {status} {answer}")?;
+    writeln!(out, "sent: {body}")?;
+    anyhow::ensure!(status.is_success(), "webhookd answered {status}");
+    Ok(())
+}
+
+fn first_secret<'a>(
+    secrets: &'a crate::config::Secrets,
+    variable: &str,
+) -> anyhow::Result<&'a str> {
+    secrets
+        .iter()
+        .next()
+        .map(|s| s.expose_secret())
+        .ok_or_else(|| anyhow::anyhow!("set {variable} (the secret webhookd verifies with)"))
+}
+
+/// A Stripe event of `args.event_type`, shaped like Stripe's own.
+pub fn stripe_event(args: &SendArgs, t: i64, unique: u128) -> Value {
+    let intent = args
+        .payment
+        .clone()
+        .unwrap_or_else(|| format!("pi_send_{unique}"));
+    let metadata = json!({ "user_id": args.user });
+    let object = match args.event_type.as_str() {
+        "payment_intent.succeeded" => json!({
+            "id": intent, "object": "payment_intent", "amount": args.amount,
+            "amount_received": args.amount, "currency": "usd", "status": "succeeded",
+            "metadata": metadata, "created": t,
+        }),
+        kind @ ("charge.succeeded" | "charge.refunded") => json!({
+            "id": format!("ch_{}", intent.trim_start_matches("pi_")), "object": "charge",
+            "amount": args.amount, "amount_captured": args.amount,
+            "amount_refunded": if kind == "charge.refunded" { args.amount } else { 0 },
+            "refunded": kind == "charge.refunded", "currency": "usd", "payment_intent": intent,
+            "status": "succeeded", "metadata": metadata, "created": t,
+        }),
+        "invoice.paid" => json!({
+            "id": format!("in_send_{unique}"), "object": "invoice", "customer": "cus_send",
+            "subscription": "sub_send", "amount_paid": args.amount, "currency": "usd",
+            "metadata": metadata,
+        }),
+        kind if kind.starts_with("customer.subscription.") => json!({
+            "id": args.payment.clone().unwrap_or_else(|| "sub_send".to_owned()),
+            "object": "subscription", "customer": "cus_send",
+            "status": if kind.ends_with("deleted") { "canceled" } else { "active" },
+            "metadata": metadata,
+            "items": { "object": "list", "data": [
+                { "id": "si_send", "price": { "id": "price_send" }, "current_period_end": t + 2_592_000 }
+            ]},
+        }),
+        _ => json!({ "id": format!("obj_send_{unique}"), "metadata": metadata }),
+    };
+    json!({
+        "id": format!("evt_send_{unique}"), "object": "event", "api_version": "2024-06-20",
+        "created": t, "data": { "object": object }, "livemode": false, "pending_webhooks": 1,
+        "request": { "id": null, "idempotency_key": null }, "type": args.event_type,
+    })
+}
+
+/// A Razorpay event of `args.event_type`, shaped like Razorpay's own.
+pub fn razorpay_event(args: &SendArgs, t: i64, unique: u128) -> Value {
+    let payment_id = args
+        .payment
+        .clone()
+        .unwrap_or_else(|| format!("pay_send_{unique}"));
+    let payment = |status: &str, refunded: i64| {
+        json!({ "entity": {
+            "id": payment_id, "entity": "payment", "amount": args.amount, "currency": "INR",
+            "status": status, "order_id": format!("order_send_{unique}"), "method": "upi",
+            "amount_refunded": refunded, "captured": status == "captured",
+            "notes": { "user_id": args.user }, "created_at": t,
+        }})
+    };
+    let (contains, payload) = match args.event_type.as_str() {
+        "payment.captured" | "order.paid" => (
+            json!(["payment"]),
+            json!({ "payment": payment("captured", 0) }),
+        ),
+        "payment.failed" => (
+            json!(["payment"]),
+            json!({ "payment": payment("failed", 0) }),
+        ),
+        "refund.processed" => (
+            json!(["refund", "payment"]),
+            json!({
+                "refund": { "entity": {
+                    "id": format!("rfnd_send_{unique}"), "entity": "refund", "amount": args.amount,
+                    "currency": "INR", "payment_id": payment_id, "status": "processed", "notes": [],
+                }},
+                "payment": payment("captured", args.amount),
+            }),
+        ),
+        kind if kind.starts_with("subscription.") => (
+            json!(["subscription"]),
+            json!({ "subscription": { "entity": {
+                "id": args.payment.clone().unwrap_or_else(|| "sub_send".to_owned()),
+                "entity": "subscription", "plan_id": "plan_send", "customer_id": "cust_send",
+                "status": razorpay_subscription_status(kind), "current_end": t + 2_592_000,
+                "notes": { "user_id": args.user },
+            }}}),
+        ),
+        _ => (json!([]), json!({})),
+    };
+    json!({
+        "entity": "event", "account_id": "acc_send", "event": args.event_type,
+        "contains": contains, "payload": payload, "created_at": t,
+    })
+}
+
+/// The entity status that goes with a `subscription.*` event.
+fn razorpay_subscription_status(event: &str) -> &str {
+    match event.trim_start_matches("subscription.") {
+        "activated" | "charged" | "resumed" | "updated" => "active",
+        other => other,
+    }
+}
