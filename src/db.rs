@@ -89,10 +89,13 @@ pub enum Failure {
 
 pub fn classify(error: &sqlx::Error) -> Failure {
     match error {
+        // The connection is gone or garbled (a proxy that accepts and then
+        // closes answers the TLS probe with nothing): a new one may work.
         sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => Failure::Transient,
         sqlx::Error::Database(db) => match db.code() {
             Some(code) if is_transient_sqlstate(&code) => Failure::Transient,
@@ -137,6 +140,10 @@ mod tests {
     #[test]
     fn pool_timeouts_are_transient() {
         assert_eq!(classify(&sqlx::Error::PoolTimedOut), Failure::Transient);
+        assert_eq!(
+            classify(&sqlx::Error::Protocol("unexpected response".into())),
+            Failure::Transient
+        );
         assert_eq!(classify(&sqlx::Error::RowNotFound), Failure::Permanent);
     }
 }

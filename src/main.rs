@@ -79,13 +79,16 @@ async fn serve(
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let tasks = TaskTracker::new();
+    let mut deliveries = None;
     if settings.role.drains() {
         let drainer = startup::drainer(&settings, pool.clone(), Clock::System)?;
+        deliveries = Some(drainer.stats().clone());
         tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
     }
     let served = if settings.role.serves_http() {
-        let app =
-            Application::build(&settings, pool.clone(), Clock::System, shutdown.clone()).await?;
+        let clock = Clock::System;
+        let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), deliveries)
+            .await?;
         app.run_until_stopped().await
     } else {
         shutdown.cancelled().await;

@@ -1,6 +1,7 @@
 //! Wires configuration, the pool and the router into a running server.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,8 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::ServeSettings;
+use crate::http::metrics::Metrics;
 use crate::http::{self, AppState, Limits};
 use crate::outbox::retry::RetryPolicy;
+use crate::outbox::worker::DrainerStats;
 use crate::outbox::{Drainer, DrainerSettings};
 use crate::providers::Providers;
 use crate::sinks::Sink;
@@ -27,11 +30,13 @@ pub struct Application {
 
 impl Application {
     /// Binds the listener (port 0 picks a free one) and builds the router.
+    /// `deliveries`: the counters of this process's drainer, for `/metrics`.
     pub async fn build(
         settings: &ServeSettings,
         pool: PgPool,
         clock: Clock,
         shutdown: CancellationToken,
+        deliveries: Option<Arc<DrainerStats>>,
     ) -> anyhow::Result<Self> {
         let providers = Providers::from_settings(settings)?;
         if providers.names().is_empty() {
@@ -41,6 +46,7 @@ impl Application {
         let state = AppState {
             pool,
             providers,
+            metrics: Arc::new(Metrics::new(deliveries)),
             clock,
             shutdown: shutdown.clone(),
         };

@@ -1,8 +1,10 @@
 //! Routes, middleware and status codes.
 
 pub mod health;
+pub mod metrics;
 pub mod webhooks;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -24,6 +26,7 @@ use tower_http::trace::TraceLayer;
 use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::providers::Providers;
+use metrics::Metrics;
 
 /// What every handler shares. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -34,6 +37,7 @@ pub struct AppState {
     pub clock: Clock,
     /// Cancelled when the process starts shutting down (`/readyz` turns 503).
     pub shutdown: CancellationToken,
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +95,11 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         .route("/webhooks/{provider}", post(webhooks::receive))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .layer(DefaultBodyLimit::disable())
         .layer(middleware)
         .with_state(state)

@@ -20,15 +20,28 @@ pub async fn receive(
     body: Bytes,
 ) -> Result<Json<Receipt>, ApiError> {
     let started = Instant::now();
-    let event = verify(&state, &provider, &headers, &body)?;
+    let event = match verify(&state, &provider, &headers, &body) {
+        Ok(event) => event,
+        Err(error) => {
+            if let ApiError::Signature(refusal) = &error {
+                state.metrics.event(&provider, refusal.label());
+            }
+            return Err(error);
+        }
+    };
     let span = tracing::Span::current();
     span.record("event_id", event.event_id());
     span.record("event_type", event.event_type());
 
     let receipt = ingest::ingest(&state.pool, &event).await?;
+    let elapsed = started.elapsed();
     span.record("outcome", receipt.outcome.as_str());
+    state
+        .metrics
+        .event(event.provider(), receipt.outcome.as_str());
+    state.metrics.ingest_latency(event.provider(), elapsed);
     tracing::info!(
-        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
         "webhook {}",
         receipt.outcome.as_str()
     );

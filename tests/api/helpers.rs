@@ -81,7 +81,7 @@ pub async fn spawn_app_with(
     configure(&mut settings);
 
     let shutdown = CancellationToken::new();
-    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone())
+    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), None)
         .await
         .expect("the application builds");
     let address = format!("http://{}", app.local_addr());

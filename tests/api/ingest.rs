@@ -176,6 +176,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
         providers: Providers::default(),
         clock: Clock::System,
         shutdown: CancellationToken::new(),
+        metrics: Default::default(),
     };
     let stopping = state(app.pool.clone());
     stopping.shutdown.cancel();
@@ -192,6 +193,7 @@ async fn readiness_is_503_before_migrations(pool: PgPool) {
         providers: Providers::default(),
         clock: Clock::System,
         shutdown: CancellationToken::new(),
+        metrics: Default::default(),
     };
     let (status, Json(body)) = health::readyz(State(state)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

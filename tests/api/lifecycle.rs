@@ -48,8 +48,13 @@ struct Server {
 
 impl Server {
     async fn start(database_url: &str) -> Server {
+        Server::start_with(database_url, &[]).await
+    }
+
+    async fn start_with(database_url: &str, env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
+            .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
             .env("STRIPE_WEBHOOK_SECRET", SECRET)
@@ -247,4 +252,95 @@ async fn a_server_killed_mid_transaction_leaves_nothing_and_the_retry_applies(po
     assert_eq!(entries, 2);
     restarted.signal("-TERM");
     assert!(restarted.wait().await.0.success());
+}
+
+/// Every secret the server below is configured with.
+const SECRETS: [(&str, &str); 4] = [
+    ("RAZORPAY_WEBHOOK_SECRET", "rzp_secret_that_must_not_leak"),
+    ("WEBHOOKD_SOURCE_GH_SECRET", "gh_secret_that_must_not_leak"),
+    (
+        "WEBHOOKD_SINK_SECRET",
+        "whsec_c2luay1zZWNyZXQtdGhhdC1tdXN0LW5vdC1sZWFr",
+    ),
+    (
+        "WEBHOOKD_SINK_URL",
+        "http://127.0.0.1:1/hooks?token=sink_token_that_must_not_leak",
+    ),
+];
+
+#[sqlx::test]
+async fn sigterm_mid_request_finishes_it_commits_and_exits_cleanly_and_no_secret_is_logged(
+    pool: PgPool,
+) {
+    let url = database_url(&pool);
+    let mut env = SECRETS.to_vec();
+    env.extend([
+        ("WEBHOOKD_SOURCE_GH_SCHEME", "github"),
+        ("RUST_LOG", "debug"),
+    ]);
+    let server = Server::start_with(&url, &env).await;
+    let first = payment_intent_succeeded("evt_warm", "pi_warm", "user_term", 100);
+    assert_eq!(server.post(first).await.unwrap().status(), StatusCode::OK);
+    // Refused deliveries log too: make sure they do so without secrets.
+    let forged = server
+        .client
+        .post(format!("{}/webhooks/razorpay", server.base))
+        .header("x-razorpay-signature", "0".repeat(64))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::BAD_REQUEST);
+
+    // Hold the wallet so the next request stops inside its transaction.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("select 1 from wallets where user_id = 'user_term' for update")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let in_flight = tokio::spawn(server.post(payment_intent_succeeded(
+        "evt_term",
+        "pi_term",
+        "user_term",
+        50,
+    )));
+    let mut waiting = false;
+    for _ in 0..400 {
+        let blocked: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where application_name = 'webhookd' and wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if blocked > 0 {
+            waiting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(waiting, "the request never reached the wallet update");
+
+    server.signal("-TERM");
+    holder.rollback().await.unwrap();
+    let response = in_flight.await.unwrap().unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the in-flight request is finished"
+    );
+    let (status, logs) = server.wait().await;
+    assert!(status.success(), "exit status {status:?}; logs:\n{logs}");
+    assert_eq!(
+        balance(&pool, "user_term").await,
+        Some(150),
+        "and its event committed"
+    );
+
+    assert!(logs.contains("evt_term"), "the webhook was logged:\n{logs}");
+    for (name, secret) in SECRETS
+        .iter()
+        .chain([("STRIPE_WEBHOOK_SECRET", SECRET)].iter())
+    {
+        assert!(!logs.contains(secret), "{name} reached the logs");
+    }
 }

@@ -7,3 +7,4 @@ mod razorpay;
 mod schemes;
 mod signature;
 mod stripe;
+mod telemetry;
