@@ -97,7 +97,14 @@ impl Application {
 pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::Result<Drainer> {
     use secrecy::ExposeSecret;
     let outbox = &settings.outbox;
-    let sink = match (&outbox.sink_url, &outbox.sink_secret) {
+    // An empty variable (as `${VAR:-}` in compose files gives) means unset.
+    let set = |value: &Option<secrecy::SecretString>| {
+        value
+            .as_ref()
+            .filter(|v| !v.expose_secret().trim().is_empty())
+            .cloned()
+    };
+    let sink = match (set(&outbox.sink_url), set(&outbox.sink_secret)) {
         (Some(url), Some(secret)) => Sink::Http(Box::new(HttpSink::new(
             url.expose_secret(),
             secret.expose_secret(),
