@@ -26,6 +26,6 @@ ENV WEBHOOKD_LISTEN=0.0.0.0:8080 \
 EXPOSE 8080
 # No curl in the image: the binary checks itself.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=15s --retries=3 \
-    CMD ["webhookd", "healthcheck", "http://127.0.0.1:8080/readyz"]
+    CMD ["webhookd", "healthcheck"]
 ENTRYPOINT ["webhookd"]
 CMD ["serve"]

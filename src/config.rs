@@ -49,8 +49,15 @@ pub enum Command {
     Send(Box<SendArgs>),
     /// Exit 0 when URL answers 2xx (for container health checks).
     Healthcheck {
-        #[arg(default_value = "http://127.0.0.1:8080/healthz")]
-        url: String,
+        /// Default: /readyz on the port of WEBHOOKD_LISTEN (8080).
+        url: Option<String>,
+        #[arg(
+            long,
+            env = "WEBHOOKD_LISTEN",
+            default_value = "0.0.0.0:8080",
+            hide = true
+        )]
+        listen: SocketAddr,
     },
 }
 
@@ -70,6 +77,8 @@ impl RetentionArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PruneArgs {
     /// Age past which rows go (e.g. `30d`, `12h`); defaults to the retention.
+    /// `reconcile` expects entries' events for the whole retention: prune
+    /// sooner only with a matching WEBHOOKD_RETENTION_DAYS.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub older_than: Option<Duration>,
     /// Rows deleted per statement.
@@ -150,12 +159,12 @@ pub enum Role {
     All,
     /// Only the HTTP API (run drainers elsewhere).
     Api,
-    /// Only the outbox drainer (no HTTP listener).
+    /// Only the outbox drainer (HTTP serves only health and metrics).
     Worker,
 }
 
 impl Role {
-    pub fn serves_http(self) -> bool {
+    pub fn serves_webhooks(self) -> bool {
         matches!(self, Role::All | Role::Api)
     }
 
@@ -245,7 +254,8 @@ pub struct ServeSettings {
     #[arg(long, env = "WEBHOOKD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, default_value = "25s")]
     pub shutdown_grace: Duration,
 
-    /// What this process runs: `all`, `api` (HTTP only) or `worker` (outbox only).
+    /// What this process runs: `all`, `api` (no drainer) or `worker` (the
+    /// drainer; HTTP then serves only /healthz, /readyz and /metrics).
     #[arg(long, env = "WEBHOOKD_ROLE", value_enum, default_value_t = Role::All)]
     pub role: Role,
 

@@ -180,7 +180,9 @@ pub async fn find(
 
 /// Deletes up to `batch` events received before `cutoff` (Unix seconds),
 /// skipping rows other transactions hold, so it never waits on ingest.
-/// Deferred events are kept: they still wait for their dependency.
+/// Deferred events are kept (they still wait for their dependency), and so
+/// are events whose ledger entry is newer than the cutoff (applied late), so
+/// that `reconcile` finds every young entry's event.
 pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, sqlx::Error> {
     let result = sqlx::query!(
         r#"
@@ -188,6 +190,11 @@ pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, 
         where (provider, event_id) in (
             select provider, event_id from processed_events
             where received_at < to_timestamp($1::float8) and outcome <> 'deferred'
+              -- an event applied late (deferred) keeps its row as long as its entry is young
+              and not exists (select 1 from wallet_entries w
+                              where w.provider = processed_events.provider
+                                and w.event_id = processed_events.event_id
+                                and w.created_at >= to_timestamp($1::float8))
             limit $2
             for update skip locked
         )

@@ -28,7 +28,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Commands that need no database.
     match &cli.command {
         Some(Command::Send(args)) => return webhookd::cli::send::run(args, out).await,
-        Some(Command::Healthcheck { url }) => return webhookd::cli::healthcheck(url, out).await,
+        Some(Command::Healthcheck { url, listen }) => {
+            let url = url
+                .clone()
+                .unwrap_or_else(|| format!("http://127.0.0.1:{}/readyz", listen.port()));
+            return webhookd::cli::healthcheck(&url, out).await;
+        }
         _ => {}
     }
     let pool = db::pool(&cli.database)?;
@@ -85,15 +90,10 @@ async fn serve(
         deliveries = Some(drainer.stats().clone());
         tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
     }
-    let served = if settings.role.serves_http() {
-        let clock = Clock::System;
-        let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), deliveries)
-            .await?;
-        app.run_until_stopped().await
-    } else {
-        shutdown.cancelled().await;
-        Ok(())
-    };
+    let clock = Clock::System;
+    let app =
+        Application::build(&settings, pool.clone(), clock, shutdown.clone(), deliveries).await?;
+    let served = app.run_until_stopped().await;
     // Whatever stopped the server stops the drainer too (soft stop, then hard).
     shutdown.cancel();
     tasks.close();

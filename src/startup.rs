@@ -59,7 +59,7 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         Ok(Application {
             listener,
-            router: http::router(state, limits),
+            router: http::router(state, limits, settings.role.serves_webhooks()),
             shutdown,
             grace: settings.shutdown_grace,
         })

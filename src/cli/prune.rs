@@ -18,6 +18,12 @@ pub async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<(u64, u64)> {
     let age = args.older_than.unwrap_or_else(|| args.retention.window());
+    if age < args.retention.window() {
+        writeln!(
+            out,
+            "note: pruning sooner than WEBHOOKD_RETENTION_DAYS; run reconcile with the same retention"
+        )?;
+    }
     #[allow(clippy::cast_precision_loss)]
     let cutoff = clock.now() as f64 - age.as_secs_f64();
     let mut pruned = (0, 0);

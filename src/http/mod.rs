@@ -59,7 +59,8 @@ pub const SENSITIVE_HEADERS: [HeaderName; 9] = [
     HeaderName::from_static("svix-signature"),
 ];
 
-pub fn router(state: AppState, limits: Limits) -> Router {
+/// `webhooks: false` serves only health and metrics (a worker process).
+pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
     let x_request_id = HeaderName::from_static("x-request-id");
     // Outermost first.
     let middleware = ServiceBuilder::new()
@@ -91,8 +92,12 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         ))
         .layer(RequestBodyLimitLayer::new(limits.max_body_bytes));
 
-    Router::new()
-        .route("/webhooks/{provider}", post(webhooks::receive))
+    let routes = if webhooks {
+        Router::new().route("/webhooks/{provider}", post(webhooks::receive))
+    } else {
+        Router::new()
+    };
+    routes
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))

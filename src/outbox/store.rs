@@ -65,6 +65,9 @@ pub struct Leased {
     pub event_type: Option<String>,
     pub payload: Value,
     pub attempts: i32,
+    /// `attempts` when the row was last re-queued from the dead letters: the
+    /// retry budget counts from there.
+    pub requeued_attempts: i32,
     /// RFC 3339, UTC.
     pub created_at: String,
 }
@@ -99,7 +102,7 @@ pub async fn lease(
         returning o.id, o.topic, o.provider, o.event_id,
                   (select p.event_type from processed_events p
                    where p.provider = o.provider and p.event_id = o.event_id) as event_type,
-                  o.payload, o.attempts,
+                  o.payload, o.attempts, o.requeued_attempts,
                   to_char(o.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "created_at!"
         "#,
         limit,
@@ -165,6 +168,22 @@ pub async fn record(
     Ok(result.rows_affected() == 1)
 }
 
+/// Gives back a leased row whose delivery was never started (shutting down,
+/// or too little lease left): due again at once, the attempt not spent.
+pub async fn release(pool: &PgPool, id: i64, attempts: i32) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query!(
+        r#"
+        update outbox set attempts = attempts - 1, locked_until = null
+        where id = $1 and attempts = $2 and delivered_at is null and dead_at is null
+        "#,
+        id,
+        attempts,
+    )
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
 /// One row as `webhookd outbox list` shows it.
 #[derive(Debug, Clone)]
 pub struct Listed {
@@ -204,12 +223,12 @@ pub async fn list(pool: &PgPool, dead_only: bool, limit: i64) -> Result<Vec<List
 }
 
 /// Re-queues dead rows (`id`, or all of them with `None`) for a fresh set of
-/// attempts. Returns the ids re-queued.
+/// attempts; `attempts` keeps counting. Returns the ids re-queued.
 pub async fn retry_dead(pool: &PgPool, id: Option<i64>) -> Result<Vec<i64>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
         update outbox
-        set dead_at = null, attempts = 0, available_at = now(), locked_until = null
+        set dead_at = null, requeued_attempts = attempts, available_at = now(), locked_until = null
         where dead_at is not null and delivered_at is null and ($1::bigint is null or id = $1)
         returning id
         "#,

@@ -51,6 +51,11 @@ pub struct Drained {
     pub delivered: usize,
     pub retried: usize,
     pub dead: usize,
+    /// Leased but not started (stopping, or too little lease left): given back.
+    pub released: usize,
+    /// Delivered or not, but the outcome could not be written; the lease
+    /// expires and the row is tried again.
+    pub unrecorded: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +65,8 @@ pub struct Drainer {
     settings: DrainerSettings,
     clock: Clock,
     stats: Arc<DrainerStats>,
+    /// Once cancelled, no new delivery starts.
+    stopping: CancellationToken,
 }
 
 impl Drainer {
@@ -70,6 +77,7 @@ impl Drainer {
             settings,
             clock,
             stats: Arc::default(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -79,12 +87,12 @@ impl Drainer {
 
     /// Leases one batch of due rows, delivers them, records the outcomes.
     pub async fn drain_once(&self) -> Result<Drained, sqlx::Error> {
-        let now = self.clock.pinned();
+        let leased_at = self.clock.now();
         let leased = store::lease(
             &self.pool,
             self.settings.batch,
             self.settings.lease.as_secs_f64(),
-            now,
+            self.clock.pinned(),
         )
         .await?;
         let mut drained = Drained {
@@ -92,36 +100,59 @@ impl Drainer {
             ..Drained::default()
         };
         let mut outcomes = futures_util::stream::iter(leased)
-            .map(|message| self.deliver(message))
+            .map(|message| self.deliver(message, leased_at))
             .buffer_unordered(self.settings.concurrency.max(1));
         while let Some(outcome) = outcomes.next().await {
-            match outcome? {
-                Attempt::Delivered => drained.delivered += 1,
-                Attempt::Retry { .. } => drained.retried += 1,
-                Attempt::Dead { .. } => drained.dead += 1,
+            match outcome {
+                Ok(Some(Attempt::Delivered)) => drained.delivered += 1,
+                Ok(Some(Attempt::Retry { .. })) => drained.retried += 1,
+                Ok(Some(Attempt::Dead { .. })) => drained.dead += 1,
+                Ok(None) => drained.released += 1,
+                // One row's bookkeeping failing must not abandon the others.
+                Err(error) => {
+                    tracing::warn!(error = %error, "could not record an outbox attempt");
+                    drained.unrecorded += 1;
+                }
             }
         }
         Ok(drained)
     }
 
+    /// Whether a delivery started now could outlive the lease taken at
+    /// `leased_at` (Unix seconds), letting another drainer take the row over
+    /// while it is still being delivered.
+    fn lease_too_short(&self, leased_at: i64) -> bool {
+        let elapsed =
+            Duration::from_secs(self.clock.now().saturating_sub(leased_at).unsigned_abs());
+        elapsed + self.sink.timeout() + LEASE_MARGIN >= self.settings.lease
+    }
+
+    /// Delivers one leased row and records the outcome; `None` when the row
+    /// was given back unstarted.
     #[tracing::instrument(name = "deliver", skip_all, fields(outbox_id = message.id, attempt = message.attempts, topic = %message.topic))]
-    async fn deliver(&self, message: Leased) -> Result<Attempt, sqlx::Error> {
+    async fn deliver(
+        &self,
+        message: Leased,
+        leased_at: i64,
+    ) -> Result<Option<Attempt>, sqlx::Error> {
+        if self.stopping.is_cancelled() || self.lease_too_short(leased_at) {
+            store::release(&self.pool, message.id, message.attempts).await?;
+            return Ok(None);
+        }
         let attempt = match self.sink.deliver(&message).await {
             Delivery::Delivered => Attempt::Delivered,
             Delivery::Permanent { error } => Attempt::Dead { error },
             Delivery::Retry { error, retry_after } => {
                 let jitter = retry::jitter(message.id, message.attempts);
-                match self
-                    .settings
-                    .retry
-                    .next(message.attempts, retry_after, jitter)
-                {
+                // The budget restarts when a dead row is re-queued.
+                let attempt = message.attempts - message.requeued_attempts;
+                match self.settings.retry.next(attempt, retry_after, jitter) {
                     Next::RetryAfter(wait) => Attempt::Retry {
                         after_secs: wait.as_secs_f64(),
                         error,
                     },
                     Next::GiveUp => Attempt::Dead {
-                        error: format!("{error} (after {} attempts)", message.attempts),
+                        error: format!("{error} (after {attempt} attempts)"),
                     },
                 }
             }
@@ -153,14 +184,16 @@ impl Drainer {
                 tracing::error!(sink = self.sink.name(), %error, "delivery dead-lettered")
             }
         }
-        Ok(attempt)
+        Ok(Some(attempt))
     }
 
-    /// Drains until `shutdown` is cancelled. Then it stops leasing, lets the
-    /// deliveries in flight finish for up to `grace` (soft stop), and drops
-    /// the rest (hard stop): their leases expire and another pass redelivers
-    /// them with the same `webhook-id`.
-    pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
+    /// Drains until `shutdown` is cancelled. Then it stops leasing and starting
+    /// deliveries (unstarted rows are given back), lets the deliveries in
+    /// flight finish for up to `grace` (soft stop), and drops the rest (hard
+    /// stop): their leases expire and another pass redelivers them with the
+    /// same `webhook-id`.
+    pub async fn run(mut self, shutdown: CancellationToken, grace: Duration) {
+        self.stopping = shutdown.clone();
         let wake = Arc::new(Notify::new());
         let listener = tokio::spawn(listen(self.pool.clone(), wake.clone(), shutdown.clone()));
         let mut failures: u32 = 0;
@@ -243,6 +276,10 @@ async fn listen(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
         }
     }
 }
+
+/// Time kept in hand between the end of a delivery and the end of its lease,
+/// for recording the outcome.
+const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 /// 0.5 s, 1 s, 2 s, ... up to 30 s.
 fn backoff(failures: u32) -> Duration {

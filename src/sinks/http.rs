@@ -19,12 +19,23 @@ use crate::clock::Clock;
 use crate::outbox::store::Leased;
 use crate::providers::standard::Signer;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpSink {
     client: reqwest::Client,
     url: reqwest::Url,
     signer: Signer,
     clock: Clock,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for HttpSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a token: show only where it goes.
+        f.debug_struct("HttpSink")
+            .field("host", &self.url.host_str())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HttpSink {
@@ -51,7 +62,12 @@ impl HttpSink {
             url,
             signer,
             clock,
+            timeout,
         })
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     pub async fn deliver(&self, message: &Leased) -> Delivery {
@@ -97,10 +113,16 @@ impl HttpSink {
     }
 }
 
-/// 2xx delivered; 408, 429, 5xx (and anything odd) retried; other 4xx permanent.
+/// 2xx delivered; 408, 429, 5xx (and anything odd) retried; other 4xx
+/// permanent, and so are redirects, which are never followed.
 fn classify(status: StatusCode, headers: &HeaderMap) -> Delivery {
     if status.is_success() {
         return Delivery::Delivered;
+    }
+    if status.is_redirection() {
+        return Delivery::Permanent {
+            error: format!("HTTP {} (redirects are not followed)", status.as_u16()),
+        };
     }
     let error = format!("HTTP {}", status.as_u16());
     let retryable = status.is_server_error()
@@ -132,6 +154,7 @@ mod tests {
             StatusCode::UNAUTHORIZED,
             StatusCode::NOT_FOUND,
             StatusCode::GONE,
+            StatusCode::MOVED_PERMANENTLY,
         ] {
             assert!(
                 matches!(classify(status, &none), Delivery::Permanent { .. }),
@@ -143,7 +166,6 @@ mod tests {
             StatusCode::TOO_MANY_REQUESTS,
             StatusCode::INTERNAL_SERVER_ERROR,
             StatusCode::BAD_GATEWAY,
-            StatusCode::MOVED_PERMANENTLY,
         ] {
             assert!(
                 matches!(classify(status, &none), Delivery::Retry { .. }),

@@ -39,6 +39,14 @@ impl Sink {
         }
     }
 
+    /// The longest one delivery can take.
+    pub fn timeout(&self) -> Duration {
+        match self {
+            Sink::Log(_) => Duration::ZERO,
+            Sink::Http(sink) => sink.timeout(),
+        }
+    }
+
     /// A bounded label for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {

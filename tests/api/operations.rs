@@ -129,6 +129,11 @@ async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPo
     .await;
     age(
         &pool,
+        "update wallet_entries set created_at = now() - interval '40 days'",
+    )
+    .await;
+    age(
+        &pool,
         "update outbox set delivered_at = now() - interval '40 days'",
     )
     .await;
@@ -409,5 +414,45 @@ async fn healthcheck_succeeds_only_against_a_live_server(pool: PgPool) {
         cli::healthcheck("http://127.0.0.1:1/healthz", &mut Vec::new())
             .await
             .is_err()
+    );
+}
+
+#[sqlx::test]
+async fn prune_keeps_an_old_event_whose_entry_is_young(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    // A refund received 40 days ago but applied (its entry written) today.
+    app.deliver(
+        &charge("evt_late", "charge.refunded", "ch_1", "pi_1", 500, 500),
+        "deferred",
+    )
+    .await;
+    app.deliver(
+        &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 500),
+        "processed",
+    )
+    .await;
+    age(
+        &pool,
+        "update processed_events set received_at = now() - interval '40 days'",
+    )
+    .await;
+    age(&pool, "update wallet_entries set created_at = now() - interval '40 days' where event_id = 'evt_credit'").await;
+
+    let args = PruneArgs {
+        older_than: None,
+        batch: 10,
+        retention: RETENTION,
+    };
+    let (events, _) = cli::prune::run(&pool, &args, &Clock::System, &mut Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(events, 1, "only the credit's event, whose entry is old too");
+    let mut out = Vec::new();
+    assert!(
+        cli::reconcile::run(&pool, &RETENTION, &mut out)
+            .await
+            .unwrap(),
+        "{}",
+        output(out)
     );
 }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
 use webhookd::config::{OutboxCommand, Secrets};
 use webhookd::outbox::retry::RetryPolicy;
+use webhookd::outbox::store::{self, Attempt};
 use webhookd::outbox::worker::Drained;
 use webhookd::outbox::{Drainer, DrainerSettings};
 use webhookd::providers::Verify;
@@ -199,8 +200,7 @@ async fn a_committed_effect_reaches_the_users_app_once_signed_with_its_outbox_id
         Drained {
             leased: 1,
             delivered: 1,
-            retried: 0,
-            dead: 0
+            ..Drained::default()
         }
     );
     assert_eq!(
@@ -342,10 +342,26 @@ async fn a_sink_down_past_max_attempts_dead_letters_and_retry_requeues(pool: PgP
             .is_err()
     );
 
-    // The re-queued row is due at the database's now, which the pinned clock passed.
+    // The re-queued row is due at the database's now, which the pinned clock
+    // passed. Attempt numbers keep counting, so a stale outcome from attempt 1
+    // can never land on the new attempt.
+    let requeued = row(&pool, id, t0).await;
+    assert_eq!((requeued.attempts, requeued.dead), (2, false));
     assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
     let delivered = row(&pool, id, t0).await;
     assert!(delivered.delivered && !delivered.dead);
+    assert_eq!(delivered.attempts, 3);
+    let stale = store::record(
+        &pool,
+        id,
+        1,
+        &Attempt::Dead {
+            error: "late".into(),
+        },
+        None,
+    )
+    .await;
+    assert!(!stale.unwrap(), "an old attempt's outcome is refused");
     assert_eq!(sink.received().len(), 3);
 }
 
@@ -537,4 +553,93 @@ async fn the_log_sink_delivers_at_once(pool: PgPool) {
     let drainer = Drainer::new(pool.clone(), Sink::Log(LogSink), settings(5), Clock::System);
     assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
     assert!(row(&pool, id, now()).await.delivered);
+}
+
+#[sqlx::test]
+async fn a_row_whose_lease_would_run_out_is_given_back_not_delivered_late(pool: PgPool) {
+    let t0 = now() + 5;
+    let clock = Clock::manual(t0);
+    let sink = TestSink::start().await;
+    let gate = sink.hold();
+    let ids = seed(&pool, 2).await;
+    // One delivery at a time, a 30 s lease, a 5 s sink timeout.
+    let drainer = Drainer::new(
+        pool.clone(),
+        sink.sink(clock.clone()),
+        DrainerSettings {
+            concurrency: 1,
+            ..settings(5)
+        },
+        clock.clone(),
+    );
+    let arrived = sink.state.arrived.notified();
+    let pass = tokio::spawn({
+        let drainer = drainer.clone();
+        async move { drainer.drain_once().await }
+    });
+    arrived.await;
+    // The first delivery takes 24 s: the second could no longer finish (5 s)
+    // within the lease with the margin, so it must not start.
+    clock.advance(Duration::from_secs(24));
+    gate.add_permits(10);
+    let drained = pass.await.unwrap().unwrap();
+    assert_eq!((drained.delivered, drained.released), (1, 1));
+    let second = row(&pool, ids[1], t0).await;
+    assert_eq!(
+        (second.attempts, second.delivered),
+        (0, false),
+        "given back, attempt not spent"
+    );
+
+    assert_eq!(
+        drainer.drain_once().await.unwrap().delivered,
+        1,
+        "due again at once"
+    );
+    let received: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    assert_eq!(
+        received,
+        [ids[0].to_string(), ids[1].to_string()],
+        "each delivered once"
+    );
+}
+
+#[sqlx::test]
+async fn a_delivery_outliving_the_shutdown_grace_is_redelivered_after_its_lease(pool: PgPool) {
+    let t0 = now() + 5;
+    let clock = Clock::manual(t0);
+    let sink = TestSink::start().await;
+    let gate = sink.hold();
+    let id = seed(&pool, 1).await[0];
+    let shutdown = CancellationToken::new();
+    let arrived = sink.state.arrived.notified();
+    let run = tokio::spawn(
+        sink.drainer(pool.clone(), clock.clone(), 5)
+            .run(shutdown.clone(), Duration::from_millis(200)),
+    );
+    arrived.await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the hard stop ends it")
+        .unwrap();
+    let held = row(&pool, id, t0).await;
+    assert!(!held.delivered, "cut off mid-delivery: nothing recorded");
+
+    clock.advance(Duration::from_secs(31));
+    gate.add_permits(10);
+    assert_eq!(
+        sink.drainer(pool.clone(), clock, 5)
+            .drain_once()
+            .await
+            .unwrap()
+            .delivered,
+        1
+    );
+    let ids: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    assert_eq!(
+        ids,
+        vec![id.to_string(); 2],
+        "the same webhook-id both times"
+    );
 }

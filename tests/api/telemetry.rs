@@ -240,3 +240,16 @@ async fn readiness_goes_503_while_the_database_is_unreachable_and_recovers(pool:
             .unwrap();
     assert_eq!(balance, 100);
 }
+
+#[sqlx::test]
+async fn a_worker_process_serves_health_and_metrics_but_no_webhooks(pool: PgPool) {
+    let app = spawn_app_with(pool, Clock::System, |s| {
+        s.role = webhookd::config::Role::Worker
+    })
+    .await;
+    let body = payment_intent_succeeded("evt_w", "pi_w", "user_1", 100);
+    assert_eq!(app.post_stripe(&body).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(readyz(&app).await, StatusCode::OK);
+    assert!(scrape(&app).await.contains_key("webhookd_outbox_depth"));
+    app.assert_nothing_written().await;
+}
