@@ -214,3 +214,38 @@ pub async fn orphan_entries(
         .map(|r| (r.id, r.provider, r.event_id))
         .collect())
 }
+
+/// What a `webhookd drill` run left behind, found by its id prefix
+/// (`drill_{run}_`): event rows, credit entries, outbox rows, wallet total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrillCounts {
+    pub events: i64,
+    pub entries: i64,
+    pub outbox: i64,
+    pub balance_total: i64,
+}
+
+pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCounts, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select
+            (select count(*) from processed_events
+             where provider = 'stripe' and starts_with(event_id, 'evt_' || $1)) as "events!",
+            (select count(*) from wallet_entries
+             where provider = 'stripe' and kind = 'credit' and starts_with(source_ref, 'pi_' || $1)) as "entries!",
+            (select count(*) from outbox
+             where topic = 'wallet.credited' and starts_with(event_id, 'evt_' || $1)) as "outbox!",
+            (select coalesce(sum(balance_minor), 0)::bigint from wallets
+             where starts_with(user_id, $1)) as "balance_total!"
+        "#,
+        prefix,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(DrillCounts {
+        events: row.events,
+        entries: row.entries,
+        outbox: row.outbox,
+        balance_total: row.balance_total,
+    })
+}

@@ -28,6 +28,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Commands that need no database.
     match &cli.command {
         Some(Command::Send(args)) => return webhookd::cli::send::run(args, out).await,
+        Some(Command::Drill(args)) => {
+            // Verification is optional: only with a database to look in.
+            let pool = match cli.database.url() {
+                Ok(_) => Some(db::pool(&cli.database)?),
+                Err(_) => None,
+            };
+            let passed = webhookd::cli::drill::run(args, pool.as_ref(), out).await?;
+            anyhow::ensure!(passed, "the drill failed (see its report)");
+            return Ok(());
+        }
         Some(Command::Healthcheck { url, listen }) => {
             let url = url
                 .clone()
@@ -60,7 +70,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Prune(args)) => webhookd::cli::prune::run(&pool, &args, &Clock::System, out)
             .await
             .map(|_| ()),
-        Some(Command::Send(_) | Command::Healthcheck { .. }) => unreachable!("handled above"),
+        Some(Command::Send(_) | Command::Drill(_) | Command::Healthcheck { .. }) => {
+            unreachable!("handled above")
+        }
         Some(Command::Serve(settings)) => return serve(*settings, &cli.database, pool).await,
         None => return serve(ServeSettings::default(), &cli.database, pool).await,
     };

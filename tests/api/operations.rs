@@ -456,3 +456,46 @@ async fn prune_keeps_an_old_event_whose_entry_is_young(pool: PgPool) {
         output(out)
     );
 }
+
+#[sqlx::test]
+async fn the_drill_storms_the_service_and_finds_the_books_exact(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let args = webhookd::config::DrillArgs {
+        events: 200,
+        duplicates: 5,
+        concurrency: 8,
+        url: app.address.clone(),
+        give_up_after: std::time::Duration::from_secs(60),
+        stripe_webhook_secret: Secrets::new([SECRET]),
+    };
+    let mut out = Vec::new();
+    assert!(cli::drill::run(&args, Some(&pool), &mut out).await.unwrap());
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(report["sent"], 1000, "{report}");
+    assert_eq!(report["statuses"]["200"], 1000);
+    assert_eq!(report["verification"]["event_rows"], 200);
+    assert_eq!(report["verification"]["entries"], 200);
+    assert_eq!(report["verification"]["outbox_rows"], 200);
+    assert_eq!(
+        report["verification"]["wallet_total_minor"],
+        report["verification"]["expected_total_minor"]
+    );
+    assert_eq!(report["passed"], true);
+    let duplicates: i64 = sqlx::query_scalar("select count(*) from processed_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(duplicates, 200, "800 copies absorbed");
+    app.assert_consistent().await;
+
+    // Without the secret there is nothing to sign with.
+    let unsigned = webhookd::config::DrillArgs {
+        stripe_webhook_secret: Secrets::default(),
+        ..args
+    };
+    assert!(
+        cli::drill::run(&unsigned, None, &mut Vec::new())
+            .await
+            .is_err()
+    );
+}
