@@ -643,3 +643,70 @@ async fn a_delivery_outliving_the_shutdown_grace_is_redelivered_after_its_lease(
         "the same webhook-id both times"
     );
 }
+
+#[sqlx::test]
+async fn a_lost_listen_connection_is_replaced_and_notifications_wake_the_drainer_again(
+    pool: PgPool,
+) {
+    let sink = TestSink::start().await;
+    let drainer = Drainer::new(
+        pool.clone(),
+        sink.sink(Clock::System),
+        DrainerSettings {
+            poll: Duration::from_secs(3600),
+            ..settings(5)
+        },
+        Clock::System,
+    );
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(drainer.run(shutdown.clone(), Duration::from_secs(5)));
+    let listeners = || async {
+        sqlx::query_scalar::<_, i32>(
+            "select pid from pg_stat_activity where query ilike 'listen%' and datname = current_database()",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    // Observe (bounded) the LISTEN connection, then kill it server-side.
+    let mut pids = Vec::new();
+    for _ in 0..200 {
+        pids = listeners().await;
+        if !pids.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(pids.len(), 1, "one LISTEN connection");
+    sqlx::query("select pg_terminate_backend($1)")
+        .bind(pids[0])
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    let mut replaced = false;
+    for _ in 0..200 {
+        let now_listening = listeners().await;
+        if now_listening.len() == 1 && now_listening[0] != pids[0] {
+            replaced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(replaced, "a new LISTEN connection took over");
+
+    // A row committed with its notification, as ingest writes them, is
+    // delivered long before the hour-long poll.
+    let arrived = sink.state.arrived.notified();
+    let id = seed(&pool, 1).await[0];
+    sqlx::query("select pg_notify('webhookd_outbox', '')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), arrived)
+        .await
+        .expect("woken by the new connection, not the poll");
+    shutdown.cancel();
+    run.await.unwrap();
+    assert_eq!(sink.received()[0].webhook_id, id.to_string());
+}
