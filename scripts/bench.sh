@@ -4,7 +4,8 @@
 #   1. pgbench running the SQL transaction webhookd runs per credit event
 #      (claim, credit lock, ledger entry + wallet, deferred check, outbox +
 #      notify, outcome) as plain statements, at 8, 32 and 64 clients;
-#   2. webhookd (release build, API role) under `webhookd drill` with unique
+#   2. webhookd (release build, API role, as many connections as the largest
+#      pgbench run) under `webhookd drill` with unique
 #      events at the same concurrencies;
 #   3. a duplicate storm (20 concurrent copies per event);
 #   4. the server's peak and idle RSS.
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 events=${1:-20000}
+[ "$events" -ge 20 ] 2>/dev/null || die "EVENTS_PER_RUN must be a number of at least 20"
 seconds=${BENCH_PGBENCH_SECONDS:-15}
 require_cargo
 command -v python3 >/dev/null || die "python3 is needed to read the drill's JSON"
@@ -24,13 +26,17 @@ command -v python3 >/dev/null || die "python3 is needed to read the drill's JSON
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-bench.XXXXXX")
 chmod 755 "$scratch"
 cleanup() {
-    [ -n "${server:-}" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-    [ -n "${admin_url:-}" ] && "$PG_BINDIR/psql" -q -d "$admin_url" -c "drop database if exists webhookd_bench with (force)" >/dev/null 2>&1
+    set +e
+    if [ -n "${server:-}" ]; then kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; fi
+    if [ -n "${admin_url:-}" ]; then
+        "$PG_BINDIR/psql" -q -d "$admin_url" -c "drop database if exists webhookd_bench with (force)" >/dev/null 2>&1
+    fi
     stop_cluster
     rm -rf "$scratch"
 }
 trap cleanup EXIT
 PG_BINDIR=$(pg_bindir)
+[ -x "$PG_BINDIR/pgbench" ] || die "pgbench not found in $PG_BINDIR (Debian: apt-get install postgresql)"
 if [ -z "${DATABASE_URL:-}" ]; then
     start_cluster "$scratch/data" max_connections=200 shared_buffers=256MB
 fi
@@ -69,11 +75,14 @@ with entry as (
     returning balance_minor
 )
 select entry.id, wallet.balance_minor from entry, wallet;
-insert into outbox (topic, dedupe_key, provider, event_id, payload)
-values ('wallet.credited', 'stripe' || chr(58) || 'evt_pgb_' || :n::text, 'stripe', 'evt_pgb_' || :n::text,
-        '{"user_id": "pgb","currency": "USD","amount_minor": 150,"balance_minor": 150,"entry_id": 1,"payment_intent": "pi_pgb"}'::jsonb)
-on conflict do nothing;
-select pg_notify('webhookd_outbox', '');
+with row as (
+    insert into outbox (topic, dedupe_key, provider, event_id, payload)
+    values ('wallet.credited', 'stripe' || chr(58) || 'evt_pgb_' || :n::text, 'stripe', 'evt_pgb_' || :n::text,
+            '{"user_id": "pgb","currency": "USD","amount_minor": 150,"balance_minor": 150,"entry_id": 1,"payment_intent": "pi_pgb"}'::jsonb)
+    on conflict do nothing
+    returning id
+)
+select row.id from row, (select pg_notify('webhookd_outbox', '')) as notify;
 with taken as (delete from deferred_events where provider = 'stripe' and waits_for = 'pi_pgb_' || :n::text
                returning provider, event_id)
 select e.event_id from taken join processed_events e using (provider, event_id);
@@ -93,13 +102,20 @@ done
 secret=whsec_bench
 port=$(free_port 18080)
 DATABASE_URL=$db_url WEBHOOKD_LISTEN=127.0.0.1:$port WEBHOOKD_ROLE=api STRIPE_WEBHOOK_SECRET=$secret \
-    WEBHOOKD_DB_MAX_CONNECTIONS=${WEBHOOKD_DB_MAX_CONNECTIONS:-32} RUST_LOG=warn "$binary" serve > "$scratch/server.log" 2>&1 &
+    WEBHOOKD_DB_MAX_CONNECTIONS=${WEBHOOKD_DB_MAX_CONNECTIONS:-64} RUST_LOG=warn "$binary" serve > "$scratch/server.log" 2>&1 &
 server=$!
-for _ in $(seq 1 100); do "$binary" healthcheck "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+ready=
+for _ in $(seq 1 100); do
+    if "$binary" healthcheck "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then ready=1; break; fi
+    sleep 0.1
+done
+[ -n "$ready" ] || { cat "$scratch/server.log" >&2; die "webhookd did not become ready"; }
 idle_rss=$(awk '/VmRSS/ { print $2 }' "/proc/$server/status")
 
+# A failed verification exits 1 but still prints its report: keep it, and
+# let the table below say so (and fail the script).
 drill() {
-    DATABASE_URL=$db_url STRIPE_WEBHOOK_SECRET=$secret "$binary" drill --url "http://127.0.0.1:$port" "$@"
+    DATABASE_URL=$db_url STRIPE_WEBHOOK_SECRET=$secret "$binary" drill --url "http://127.0.0.1:$port" "$@" || true
 }
 declare -A drill_json
 for clients in 8 32 64; do

@@ -223,6 +223,8 @@ pub struct DrillCounts {
     pub entries: i64,
     pub outbox: i64,
     pub balance_total: i64,
+    /// The run's wallets whose balance is not the sum of their entries.
+    pub mismatched_wallets: i64,
 }
 
 pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCounts, sqlx::Error> {
@@ -236,7 +238,12 @@ pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCoun
             (select count(*) from outbox
              where topic = 'wallet.credited' and starts_with(event_id, 'evt_' || $1)) as "outbox!",
             (select coalesce(sum(balance_minor), 0)::bigint from wallets
-             where starts_with(user_id, $1)) as "balance_total!"
+             where starts_with(user_id, $1)) as "balance_total!",
+            (select count(*) from wallets w
+             where starts_with(w.user_id, $1)
+               and w.balance_minor <> (select coalesce(sum(e.amount_minor), 0) from wallet_entries e
+                                       where e.user_id = w.user_id and e.currency = w.currency))
+                as "mismatched_wallets!"
         "#,
         prefix,
     )
@@ -247,5 +254,6 @@ pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCoun
         entries: row.entries,
         outbox: row.outbox,
         balance_total: row.balance_total,
+        mismatched_wallets: row.mismatched_wallets,
     })
 }

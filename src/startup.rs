@@ -14,7 +14,7 @@ use crate::config::ServeSettings;
 use crate::http::metrics::Metrics;
 use crate::http::{self, AppState, Limits};
 use crate::outbox::retry::RetryPolicy;
-use crate::outbox::worker::DrainerStats;
+use crate::outbox::worker::{DrainerStats, LEASE_MARGIN};
 use crate::outbox::{Drainer, DrainerSettings};
 use crate::providers::Providers;
 use crate::sinks::Sink;
@@ -116,9 +116,11 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
         }
         (None, _) => Sink::Log(LogSink),
     };
+    // A delivery only starts with its whole timeout and a margin left on
+    // the lease (counted in whole seconds).
     anyhow::ensure!(
-        outbox.outbox_lease > outbox.sink_timeout,
-        "WEBHOOKD_OUTBOX_LEASE must be longer than WEBHOOKD_SINK_TIMEOUT"
+        outbox.outbox_lease > outbox.sink_timeout + LEASE_MARGIN + Duration::from_secs(1),
+        "WEBHOOKD_OUTBOX_LEASE must exceed WEBHOOKD_SINK_TIMEOUT by more than 3 s"
     );
     tracing::info!(sink = sink.name(), "outbox drainer configured");
     let drainer_settings = DrainerSettings {

@@ -210,12 +210,23 @@ impl Drainer {
                 }
             };
             let pause = match result {
-                // A full batch: more may be due right away.
+                // A full batch, all of it attempted: more may be due right away.
                 Ok(drained)
-                    if i64::try_from(drained.leased).unwrap_or(i64::MAX) >= self.settings.batch =>
+                    if drained.released == 0
+                        && i64::try_from(drained.leased).unwrap_or(i64::MAX)
+                            >= self.settings.batch =>
                 {
                     failures = 0;
                     continue;
+                }
+                Ok(drained) if drained.released > 0 && !shutdown.is_cancelled() => {
+                    tracing::warn!(
+                        released = drained.released,
+                        "rows given back unstarted: the lease is too short for the batch; raise \
+                         WEBHOOKD_OUTBOX_LEASE or WEBHOOKD_OUTBOX_CONCURRENCY, or lower WEBHOOKD_OUTBOX_BATCH"
+                    );
+                    failures = 0;
+                    self.settings.poll
                 }
                 Ok(_) => {
                     failures = 0;
@@ -279,7 +290,7 @@ async fn listen(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
 
 /// Time kept in hand between the end of a delivery and the end of its lease,
 /// for recording the outcome.
-const LEASE_MARGIN: Duration = Duration::from_secs(2);
+pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 /// 0.5 s, 1 s, 2 s, ... up to 30 s.
 fn backoff(failures: u32) -> Duration {
