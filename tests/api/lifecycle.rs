@@ -129,6 +129,24 @@ impl Server {
     }
 }
 
+/// Waits (bounded) until a webhookd connection waits on a row lock.
+async fn until_blocked_on_a_lock(pool: &PgPool, failure: &str) {
+    for _ in 0..400 {
+        let blocked: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where application_name = 'webhookd' and wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if blocked > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{failure}");
+}
+
 async fn balance(pool: &PgPool, user_id: &str) -> Option<i64> {
     sqlx::query_scalar("select balance_minor from wallets where user_id = $1")
         .bind(user_id)
@@ -184,22 +202,7 @@ async fn a_server_killed_mid_transaction_leaves_nothing_and_the_retry_applies(po
         .unwrap();
     let second = payment_intent_succeeded("evt_crash", "pi_crash", "user_crash", 50);
     let in_flight = tokio::spawn(server.post(second.clone()));
-    let mut waiting = false;
-    for _ in 0..400 {
-        let blocked: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity
-             where application_name = 'webhookd' and wait_event_type = 'Lock'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if blocked > 0 {
-            waiting = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(waiting, "the delivery never reached the wallet update");
+    until_blocked_on_a_lock(&pool, "the delivery never reached the wallet update").await;
 
     server.signal("-KILL");
     let (status, _) = server.wait().await;
@@ -304,21 +307,7 @@ async fn sigterm_mid_request_finishes_it_commits_and_exits_cleanly_and_no_secret
         "user_term",
         50,
     )));
-    let mut waiting = false;
-    for _ in 0..400 {
-        let blocked: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where application_name = 'webhookd' and wait_event_type = 'Lock'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if blocked > 0 {
-            waiting = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(waiting, "the request never reached the wallet update");
+    until_blocked_on_a_lock(&pool, "the request never reached the wallet update").await;
 
     server.signal("-TERM");
     holder.rollback().await.unwrap();

@@ -146,6 +146,40 @@ async fn receive(State(state): State<Arc<SinkState>>, headers: HeaderMap, body: 
     response
 }
 
+/// The pids of this database's LISTEN connections.
+async fn listeners(pool: &PgPool) -> Vec<i32> {
+    sqlx::query_scalar("select pid from pg_stat_activity where query ilike 'listen%' and datname = current_database()")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// Waits (bounded) until a LISTEN connection other than `except` exists.
+async fn until_listening(pool: &PgPool, except: Option<i32>) -> Vec<i32> {
+    for _ in 0..200 {
+        let pids = listeners(pool).await;
+        if pids.len() == 1 && Some(pids[0]) != except {
+            return pids;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no new LISTEN connection");
+}
+
+/// A drainer that only wakes on notifications: its poll is an hour.
+fn drainer_without_polling(pool: &PgPool, sink: &TestSink) -> Drainer {
+    let settings = DrainerSettings {
+        poll: Duration::from_secs(3600),
+        ..settings(5)
+    };
+    Drainer::new(
+        pool.clone(),
+        sink.sink(Clock::System),
+        settings,
+        Clock::System,
+    )
+}
+
 /// Outbox rows written directly, as the ingest transaction writes them.
 async fn seed(pool: &PgPool, count: i64) -> Vec<i64> {
     sqlx::query_scalar(
@@ -509,30 +543,10 @@ async fn shutdown_lets_in_flight_deliveries_finish(pool: PgPool) {
 async fn a_notification_wakes_the_drainer_without_waiting_for_the_poll(pool: PgPool) {
     let app = spawn_app(pool.clone()).await;
     let sink = TestSink::start().await;
-    let drainer = Drainer::new(
-        pool.clone(),
-        sink.sink(Clock::System),
-        DrainerSettings {
-            poll: Duration::from_secs(3600),
-            ..settings(5)
-        },
-        Clock::System,
-    );
+    let drainer = drainer_without_polling(&pool, &sink);
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(drainer.run(shutdown.clone(), Duration::from_secs(5)));
-    // Let the first, empty pass and the LISTEN happen, observed (bounded).
-    for _ in 0..200 {
-        let listening: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where query ilike 'listen%' and datname = current_database()",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if listening > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    until_listening(&pool, None).await;
     let arrived = sink.state.arrived.notified();
     app.deliver(
         &payment_intent_succeeded("evt_wake", "pi_wake", "user_1", 100),
@@ -649,51 +663,17 @@ async fn a_lost_listen_connection_is_replaced_and_notifications_wake_the_drainer
     pool: PgPool,
 ) {
     let sink = TestSink::start().await;
-    let drainer = Drainer::new(
-        pool.clone(),
-        sink.sink(Clock::System),
-        DrainerSettings {
-            poll: Duration::from_secs(3600),
-            ..settings(5)
-        },
-        Clock::System,
-    );
+    let drainer = drainer_without_polling(&pool, &sink);
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(drainer.run(shutdown.clone(), Duration::from_secs(5)));
-    let listeners = || async {
-        sqlx::query_scalar::<_, i32>(
-            "select pid from pg_stat_activity where query ilike 'listen%' and datname = current_database()",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap()
-    };
-    // Observe (bounded) the LISTEN connection, then kill it server-side.
-    let mut pids = Vec::new();
-    for _ in 0..200 {
-        pids = listeners().await;
-        if !pids.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(pids.len(), 1, "one LISTEN connection");
+    // Kill the LISTEN connection server-side; a new one must take over.
+    let first = until_listening(&pool, None).await[0];
     sqlx::query("select pg_terminate_backend($1)")
-        .bind(pids[0])
+        .bind(first)
         .execute(&pool)
         .await
         .unwrap();
-
-    let mut replaced = false;
-    for _ in 0..200 {
-        let now_listening = listeners().await;
-        if now_listening.len() == 1 && now_listening[0] != pids[0] {
-            replaced = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(replaced, "a new LISTEN connection took over");
+    until_listening(&pool, Some(first)).await;
 
     // A row committed with its notification, as ingest writes them, is
     // delivered long before the hour-long poll.
