@@ -139,7 +139,13 @@ async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPo
     .await;
     age(&pool, "update outbox set delivered_at = null, dead_at = now() - interval '40 days' where event_id = 'evt_old_0'").await;
 
-    // Prune in small batches while new deliveries arrive.
+    // Prune in small batches while new deliveries arrive, and while another
+    // transaction holds one old event's row: prune skips it, never waits.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("select 1 from processed_events where event_id = 'evt_old_1' for update")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
     let args = PruneArgs {
         older_than: None,
         batch: 25,
@@ -158,18 +164,21 @@ async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPo
         }
     }));
     let mut out = Vec::new();
-    let (statuses, pruned) = tokio::join!(
-        deliveries,
-        cli::prune::run(&pool, &args, &Clock::System, &mut out)
+    let prune = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        cli::prune::run(&pool, &args, &Clock::System, &mut out),
     );
+    let (statuses, pruned) = tokio::join!(deliveries, prune);
+    let pruned = pruned.expect("prune never waits on a held row");
+    holder.rollback().await.unwrap();
     assert!(
         statuses.iter().all(|s| *s == StatusCode::OK),
         "{statuses:?}"
     );
     let (events, outbox_rows) = pruned.unwrap();
     assert_eq!(
-        events, 301,
-        "300 old events and the invoice; the deferred one is kept"
+        events, 300,
+        "299 old events and the invoice; the deferred and the held one are kept"
     );
     assert_eq!(
         outbox_rows, 299,
@@ -182,7 +191,7 @@ async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPo
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(kept, ["evt_waiting"]);
+    assert_eq!(kept, ["evt_old_1", "evt_waiting"]);
     assert_eq!(
         sqlx::query_scalar::<_, i64>(
             "select count(*) from processed_events where event_id like 'evt_new_%'"
