@@ -27,17 +27,20 @@ pub async fn run(
     #[allow(clippy::cast_precision_loss)]
     let cutoff = clock.now() as f64 - age.as_secs_f64();
     let mut pruned = (0, 0);
+    // Batch after batch until one comes back short: each is its own short
+    // statement, so ingest never waits behind a long delete.
+    let full = u64::try_from(args.batch).unwrap_or(u64::MAX);
     loop {
         let deleted = events::prune_batch(pool, cutoff, args.batch).await?;
         pruned.0 += deleted;
-        if deleted < u64::try_from(args.batch).unwrap_or(u64::MAX) {
+        if deleted < full {
             break;
         }
     }
     loop {
         let deleted = store::prune_delivered_batch(pool, cutoff, args.batch).await?;
         pruned.1 += deleted;
-        if deleted < u64::try_from(args.batch).unwrap_or(u64::MAX) {
+        if deleted < full {
             break;
         }
     }

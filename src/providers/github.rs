@@ -44,9 +44,7 @@ impl Verify for GithubVerifier {
             .ok_or(SignatureError::MalformedHeader(
                 "expected sha256=<64 lower-case hex digits>",
             ))?;
-        if !self.keys.any_matches(&[body], &[signature]) {
-            return Err(SignatureError::Mismatch);
-        }
+        self.keys.verify(&[body], &[signature])?;
         let event_id =
             identifier_header(headers, "x-github-delivery", "no usable X-GitHub-Delivery")?;
         let event_type = identifier_header(headers, "x-github-event", "no usable X-GitHub-Event")?;

@@ -266,9 +266,23 @@ impl Keys {
         Keys::new(secrets.iter().map(|s| s.expose_secret().as_bytes()))
     }
 
+    /// Ok when the HMAC of `parts`, under any key, equals any candidate;
+    /// [`SignatureError::Mismatch`] otherwise.
+    pub(crate) fn verify<C: AsRef<[u8]>>(
+        &self,
+        parts: &[&[u8]],
+        candidates: &[C],
+    ) -> Result<(), SignatureError> {
+        if self.any_matches(parts, candidates) {
+            Ok(())
+        } else {
+            Err(SignatureError::Mismatch)
+        }
+    }
+
     /// Whether the HMAC of `parts`, under any key, equals any candidate.
     /// Every comparison runs, in constant time, whatever matched.
-    pub(crate) fn any_matches<C: AsRef<[u8]>>(&self, parts: &[&[u8]], candidates: &[C]) -> bool {
+    fn any_matches<C: AsRef<[u8]>>(&self, parts: &[&[u8]], candidates: &[C]) -> bool {
         let mut matched = subtle::Choice::from(0);
         for key in &self.0 {
             let mut mac = key.clone();

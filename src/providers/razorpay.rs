@@ -46,9 +46,7 @@ impl Verify for RazorpayVerifier {
         let signature = lower_hex_32(signature).ok_or(SignatureError::MalformedHeader(
             "not 64 lower-case hex digits",
         ))?;
-        if !self.keys.any_matches(&[body], &[signature]) {
-            return Err(SignatureError::Mismatch);
-        }
+        self.keys.verify(&[body], &[signature])?;
         let event_id = match header(headers, EVENT_ID_HEADER)? {
             Some(id) if is_identifier(id) => Some(id),
             Some(_) => {

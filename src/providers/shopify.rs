@@ -42,9 +42,7 @@ impl Verify for ShopifyVerifier {
         let signature = base64_32(signature).ok_or(SignatureError::MalformedHeader(
             "not the base64 of a SHA-256 HMAC",
         ))?;
-        if !self.keys.any_matches(&[body], &[signature]) {
-            return Err(SignatureError::Mismatch);
-        }
+        self.keys.verify(&[body], &[signature])?;
         let id_header = match header(headers, "x-shopify-event-id")? {
             Some(_) => "x-shopify-event-id",
             None => "x-shopify-webhook-id",

@@ -74,12 +74,10 @@ impl Verify for StandardVerifier {
         if candidates.is_empty() {
             return Err(SignatureError::NoSupportedSignature);
         }
-        if !self.keys.any_matches(
+        self.keys.verify(
             &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
             &candidates,
-        ) {
-            return Err(SignatureError::Mismatch);
-        }
+        )?;
         check_tolerance(now, signed_at, self.tolerance_secs)?;
         if !is_identifier(id) {
             return Err(SignatureError::InvalidPayload("no usable webhook-id"));

@@ -64,12 +64,10 @@ impl Verify for StripeVerifier {
             SIGNATURE_HEADER,
             "Stripe-Signature",
         )?)?;
-        if !self.keys.any_matches(
+        self.keys.verify(
             &[header.timestamp.as_bytes(), b".", body],
             &header.signatures,
-        ) {
-            return Err(SignatureError::Mismatch);
-        }
+        )?;
         check_tolerance(now, header.unix, self.tolerance_secs)?;
         parse_event(body)
     }
