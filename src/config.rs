@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::ingest::batch::BatchSettings;
+
 #[derive(Debug, Parser)]
 #[command(name = "webhookd", version, about, long_about = None)]
 pub struct Cli {
@@ -270,7 +272,8 @@ pub struct ServeSettings {
     pub max_body_bytes: u64,
 
     /// Longest a webhook request may take before it is answered 503 (and its
-    /// transaction rolled back).
+    /// transaction rolled back, or, once its batch started, left to commit:
+    /// the provider's retry then answers `duplicate`).
     #[arg(long, env = "WEBHOOKD_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "30s")]
     pub request_timeout: Duration,
 
@@ -283,8 +286,29 @@ pub struct ServeSettings {
     #[arg(long, env = "WEBHOOKD_ROLE", value_enum, default_value_t = Role::All)]
     pub role: Role,
 
+    /// Most credit events that share one transaction (group commit). 1
+    /// gives each its own transaction, still on the batched statements.
+    #[arg(long, env = "WEBHOOKD_BATCH_MAX_EVENTS", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub batch_max_events: u32,
+
+    /// Most batches in flight at once, each holding one pooled connection.
+    /// Keep it below WEBHOOKD_DB_MAX_CONNECTIONS.
+    #[arg(long, env = "WEBHOOKD_BATCH_CONCURRENCY", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub batch_concurrency: u32,
+
     #[command(flatten)]
     pub outbox: OutboxSettings,
+}
+
+impl ServeSettings {
+    pub fn batch(&self) -> BatchSettings {
+        BatchSettings {
+            max_events: self.batch_max_events as usize,
+            concurrency: self.batch_concurrency as usize,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

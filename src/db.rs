@@ -105,6 +105,23 @@ pub fn classify(error: &sqlx::Error) -> Failure {
     }
 }
 
+/// Whether `error` says the database cannot be reached or is going away
+/// (rather than that this transaction failed): retrying at once is futile.
+pub fn is_connection_failure(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P")
+        }),
+        _ => false,
+    }
+}
+
 /// SQLSTATEs after which a clean retry of the whole transaction can succeed.
 fn is_transient_sqlstate(code: &str) -> bool {
     matches!(

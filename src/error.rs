@@ -2,6 +2,8 @@
 //! wrong with the request; server errors say nothing internal. The full cause
 //! chain is logged once, inside the request span.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +22,7 @@ pub enum ApiError {
     #[error(transparent)]
     Signature(#[from] SignatureError),
     #[error("database unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] Arc<sqlx::Error>),
     #[error("request timed out")]
     TimedOut,
     #[error("unexpected error")]
@@ -29,6 +31,13 @@ pub enum ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
+        Arc::new(error).into()
+    }
+}
+
+/// The error of a batch, shared by its events.
+impl From<Arc<sqlx::Error>> for ApiError {
+    fn from(error: Arc<sqlx::Error>) -> Self {
         match db::classify(&error) {
             Failure::Transient => ApiError::Unavailable(error),
             Failure::Permanent => ApiError::Unexpected(error.into()),

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::config::ServeSettings;
 use crate::http::metrics::Metrics;
 use crate::http::{self, AppState, Limits};
+use crate::ingest::Ingestor;
 use crate::outbox::retry::RetryPolicy;
 use crate::outbox::worker::{DrainerStats, LEASE_MARGIN};
 use crate::outbox::{Drainer, DrainerSettings};
@@ -44,6 +45,7 @@ impl Application {
         }
         tracing::info!(providers = ?providers.names(), "mounted providers");
         let state = AppState {
+            ingestor: Ingestor::start(pool.clone(), settings.batch()),
             pool,
             providers,
             metrics: Arc::new(Metrics::new(deliveries)),

@@ -103,6 +103,21 @@ impl Applied {
     }
 }
 
+pub use money::{PlainCredit, credit_lock};
+
+/// The credit `event` carries when crediting is all it does (its entry,
+/// wallet and outbox rows, and any refunds waiting for it): such events can
+/// be applied many to a statement ([`crate::ingest::batch`]). `None` for
+/// every other event, malformed credits included (the one-by-one path
+/// records why they are rejected).
+pub fn plain_credit(event: &VerifiedEvent) -> Option<PlainCredit> {
+    match event.kind() {
+        Kind::Stripe => stripe::plain_credit(event),
+        // Razorpay's credit also writes the payment row.
+        Kind::Razorpay | Kind::Source => None,
+    }
+}
+
 /// Applies `event`'s effects for its provider.
 pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
     match event.kind() {
@@ -118,7 +133,7 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send +
 /// the transaction that brings it), recording each one's outcome with
 /// `applied_by`. Returns their event ids. Boxed, because applying an event
 /// can apply the events waiting for it.
-fn apply_waiting<'a>(
+pub(crate) fn apply_waiting<'a>(
     conn: &'a mut PgConnection,
     provider: &'a str,
     waits_for: &'a str,

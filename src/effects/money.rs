@@ -21,13 +21,40 @@ pub(super) struct Credit<'a> {
     pub context: Value,
 }
 
+/// A [`Credit`] that owns its fields, to be applied later (in a batch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlainCredit {
+    pub user_id: String,
+    pub currency: String,
+    pub amount_minor: i64,
+    pub source_ref: String,
+    pub context: Value,
+}
+
+impl From<Credit<'_>> for PlainCredit {
+    fn from(credit: Credit<'_>) -> Self {
+        PlainCredit {
+            user_id: credit.user_id.to_owned(),
+            currency: credit.currency.to_owned(),
+            amount_minor: credit.amount_minor,
+            source_ref: credit.source_ref.to_owned(),
+            context: credit.context,
+        }
+    }
+}
+
 /// Serialises a credit with the refunds that wait for it, until commit.
 pub(super) async fn lock_credit(
     conn: &mut PgConnection,
     provider: &str,
     source_ref: &str,
 ) -> Result<(), sqlx::Error> {
-    db::lock_key(conn, provider, &format!("credit:{source_ref}")).await
+    db::lock_key(conn, provider, &credit_lock(source_ref)).await
+}
+
+/// The advisory lock key ([`db::lock_key`]) of payment `source_ref`'s credit.
+pub fn credit_lock(source_ref: &str) -> String {
+    format!("credit:{source_ref}")
 }
 
 /// Credits the wallet once per payment, announces `wallet.credited`, then

@@ -12,7 +12,7 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::money::{self, Credit, Debit};
+use super::money::{self, Credit, Debit, PlainCredit};
 use super::{Applied, Outcome, currency, id_at, owner_at, str_at, unix_at};
 use crate::ledger::{self, EntryKind};
 use crate::outbox;
@@ -37,18 +37,19 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
 
 /// Credits the owner's wallet once per PaymentIntent.
 async fn credit(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
-    let intent = match PaymentIntent::parse(event.object()) {
-        Ok(intent) => intent,
-        Err(reason) => return Ok(Applied::rejected(reason)),
-    };
-    let credit = Credit {
-        user_id: intent.user_id,
-        currency: &intent.currency,
-        amount_minor: intent.amount_minor,
-        source_ref: intent.id,
-        context: json!({ "payment_intent": intent.id }),
-    };
-    money::credit(conn, event, credit).await
+    match PaymentIntent::parse(event.object()) {
+        Ok(intent) => money::credit(conn, event, intent.credit()).await,
+        Err(reason) => Ok(Applied::rejected(reason)),
+    }
+}
+
+/// A well-formed `payment_intent.succeeded`'s credit ([`super::plain_credit`]).
+pub(super) fn plain_credit(event: &VerifiedEvent) -> Option<PlainCredit> {
+    if event.event_type() != "payment_intent.succeeded" {
+        return None;
+    }
+    let intent = PaymentIntent::parse(event.object()).ok()?;
+    Some(intent.credit().into())
 }
 
 /// Records the charge; the first event that announces it sends the receipt.
@@ -238,6 +239,16 @@ impl<'a> PaymentIntent<'a> {
             amount_minor,
             currency,
         })
+    }
+
+    fn credit(&self) -> Credit<'_> {
+        Credit {
+            user_id: self.user_id,
+            currency: &self.currency,
+            amount_minor: self.amount_minor,
+            source_ref: self.id,
+            context: json!({ "payment_intent": self.id }),
+        }
     }
 }
 

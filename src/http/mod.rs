@@ -25,6 +25,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::clock::Clock;
 use crate::error::ApiError;
+use crate::ingest::Ingestor;
 use crate::providers::Providers;
 use metrics::Metrics;
 
@@ -32,6 +33,8 @@ use metrics::Metrics;
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub pool: PgPool,
+    /// Applies verified events (group commit for credits).
+    pub ingestor: Ingestor,
     /// The mounted providers and sources, by name.
     pub providers: Providers,
     pub clock: Clock,
@@ -111,7 +114,9 @@ pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
 }
 
 /// Answers 503 (with Retry-After) when a request outlives its deadline. The
-/// handler's future is dropped, so its transaction rolls back.
+/// handler's future is dropped, so its transaction rolls back; a credit
+/// still queued for its batch is dropped, one whose batch started may commit
+/// (the provider's retry then answers `duplicate`).
 async fn timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,

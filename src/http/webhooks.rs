@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::AppState;
 use crate::error::ApiError;
-use crate::ingest::{self, Receipt};
+use crate::ingest::Receipt;
 
 // `provider` is recorded only once it names a mounted provider: the path is
 // attacker-controlled and never reaches a log line as is.
@@ -42,13 +42,13 @@ pub async fn receive(
     span.record("event_id", event.event_id());
     span.record("event_type", event.event_type());
 
-    let receipt = ingest::ingest(&state.pool, &event).await?;
+    let receipt = state.ingestor.ingest(event).await?;
     let elapsed = started.elapsed();
     span.record("outcome", receipt.outcome.as_str());
     state
         .metrics
-        .event(event.provider(), receipt.outcome.as_str());
-    state.metrics.ingest_latency(event.provider(), elapsed);
+        .event(&provider, receipt.outcome.as_str());
+    state.metrics.ingest_latency(&provider, elapsed);
     tracing::info!(
         latency_ms = elapsed.as_secs_f64() * 1000.0,
         "webhook {}",

@@ -10,6 +10,8 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
+use webhookd::config::ServeSettings;
+use webhookd::ingest::Ingestor;
 use webhookd::http::{AppState, health};
 use webhookd::providers::Providers;
 
@@ -172,6 +174,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
     assert!(ready.headers().contains_key("x-request-id"));
 
     let state = |pool: PgPool| AppState {
+        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch()),
         pool,
         providers: Providers::default(),
         clock: Clock::System,
@@ -189,6 +192,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn readiness_is_503_before_migrations(pool: PgPool) {
     let state = AppState {
+        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch()),
         pool,
         providers: Providers::default(),
         clock: Clock::System,

@@ -2,12 +2,41 @@
 //! rows, record its outcome, commit. Either all of it commits or none of it
 //! does, so a failed delivery leaves nothing behind and its retry starts clean.
 
+pub mod batch;
+
 use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::effects::{self, Outcome};
+use crate::error::ApiError;
 use crate::events;
 use crate::providers::VerifiedEvent;
+use batch::{BatchSettings, Batcher};
+
+/// Applies verified events: plain credits (the hot path) through the group
+/// commit of [`batch`], every other event in its own transaction.
+#[derive(Debug, Clone)]
+pub struct Ingestor {
+    pool: PgPool,
+    batcher: Batcher,
+}
+
+impl Ingestor {
+    /// Starts the batch dispatcher: call inside the Tokio runtime.
+    pub fn start(pool: PgPool, settings: BatchSettings) -> Self {
+        Ingestor {
+            batcher: Batcher::start(pool.clone(), settings),
+            pool,
+        }
+    }
+
+    pub async fn ingest(&self, event: VerifiedEvent) -> Result<Receipt, ApiError> {
+        match effects::plain_credit(&event) {
+            Some(credit) => Ok(self.batcher.submit(batch::Credit { event, credit }).await?),
+            None => Ok(ingest(&self.pool, &event).await?),
+        }
+    }
+}
 
 /// The answer to a delivery: `{"outcome": ..., "event_id": ...}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -16,6 +45,7 @@ pub struct Receipt {
     pub event_id: String,
 }
 
+/// Applies one event in its own transaction.
 pub async fn ingest(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sqlx::Error> {
     let mut tx = pool.begin().await?;
     if !events::claim(&mut tx, event).await? {
