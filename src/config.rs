@@ -293,8 +293,10 @@ pub struct ServeSettings {
     pub batch_max_events: u32,
 
     /// Most batches in flight at once, each holding one pooled connection.
-    /// Keep it below WEBHOOKD_DB_MAX_CONNECTIONS.
-    #[arg(long, env = "WEBHOOKD_BATCH_CONCURRENCY", default_value_t = 4,
+    /// One is fastest when credits share wallets (concurrent batches would
+    /// wait for each other's wallet rows); keep it below
+    /// WEBHOOKD_DB_MAX_CONNECTIONS.
+    #[arg(long, env = "WEBHOOKD_BATCH_CONCURRENCY", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub batch_concurrency: u32,
 

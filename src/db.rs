@@ -22,6 +22,9 @@ pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     ]);
     Ok(PgPoolOptions::new()
         .max_connections(settings.db_max_connections.max(1))
+        // No round trip to ping each connection handed out: a broken one
+        // fails its statement, which answers 503 (retried) and is replaced.
+        .test_before_acquire(false)
         .acquire_timeout(settings.db_acquire_timeout)
         .idle_timeout(Some(Duration::from_secs(300)))
         .connect_lazy_with(options))

@@ -45,9 +45,7 @@ pub async fn receive(
     let receipt = state.ingestor.ingest(event).await?;
     let elapsed = started.elapsed();
     span.record("outcome", receipt.outcome.as_str());
-    state
-        .metrics
-        .event(&provider, receipt.outcome.as_str());
+    state.metrics.event(&provider, receipt.outcome.as_str());
     state.metrics.ingest_latency(&provider, elapsed);
     tracing::info!(
         latency_ms = elapsed.as_secs_f64() * 1000.0,

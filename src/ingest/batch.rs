@@ -18,16 +18,23 @@
 //!   then the wallet rows sorted by `(user_id, currency)`.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use futures_util::future::join_all;
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::Receipt;
 use crate::effects::{self, Outcome, PlainCredit};
 use crate::providers::VerifiedEvent;
 use crate::{db, events, outbox};
+
+/// A batch waits at most this long for any one lock (a row another session
+/// holds, a claim of a copy in flight), then fails and its credits are
+/// applied one by one, each waiting as long as the statement timeout allows:
+/// one hot row never stalls the batches behind it.
+const BEGIN: &str = "begin; set local lock_timeout = '1s'";
 
 /// How many credits share a statement, and how many batches run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,40 +108,78 @@ async fn dispatch(pool: PgPool, mut jobs: mpsc::Receiver<Job>, settings: BatchSe
                 Err(_) => break,
             }
         }
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            run(&pool, batch).await;
-            drop(executor);
-        });
+        tokio::spawn(run(pool.clone(), batch, executor));
     }
 }
 
-async fn run(pool: &PgPool, jobs: Vec<Job>) {
+async fn run(pool: PgPool, jobs: Vec<Job>, executor: OwnedSemaphorePermit) {
     // A request that timed out while queued was answered 503 already: leave
     // its event to the provider's retry rather than apply it unannounced.
     let (credits, replies): (Vec<Credit>, Vec<_>) = jobs
         .into_iter()
         .filter(|job| !job.reply.is_closed())
-        .map(|job| (job.credit, job.reply))
+        .map(|job| (job.credit, Mutex::new(Some(job.reply))))
         .unzip();
-    let answers = apply(pool, &credits, |i| !replies[i].is_closed()).await;
-    for (reply, answer) in replies.into_iter().zip(answers) {
-        // The receiver may have gone since: its request was answered 503.
-        let _ = reply.send(answer);
+    let wanted = |i: usize| {
+        let reply = replies[i].lock().expect("never poisoned");
+        reply.as_ref().is_some_and(|reply| !reply.is_closed())
+    };
+    let answer = |i: usize, answer: Answer| {
+        if let Some(reply) = replies[i].lock().expect("never poisoned").take() {
+            // The receiver may have gone since: its request was answered 503.
+            let _ = reply.send(answer);
+        }
+    };
+    match try_batch(&pool, &credits, wanted).await {
+        Ok(answers) => {
+            for (i, outcome) in answers.into_iter().enumerate() {
+                answer(i, outcome);
+            }
+        }
+        Err(error) => {
+            // The next batch need not wait for these (one may wait on a
+            // lock for as long as the statement timeout).
+            drop(executor);
+            one_by_one(&pool, &credits, wanted, error, answer).await;
+        }
     }
 }
 
-/// Applies `credits` in one transaction, answering each in order.
-/// `wanted(index)` turns false once a credit's request was answered (it timed
-/// out): such a credit is never committed, so its 503 leaves nothing behind.
-/// A batch that loses a credit before its commit rolls back and runs again
-/// without it. A batch that fails is applied again one by one.
+/// Applies `credits` in one transaction, answering each in order; when that
+/// fails, applies them again one by one. `wanted(index)` turns false once a
+/// credit's request was answered (it timed out): such a credit is never
+/// committed, so its 503 leaves nothing behind.
 pub async fn apply(
     pool: &PgPool,
     credits: &[Credit],
     wanted: impl Fn(usize) -> bool,
 ) -> Vec<Answer> {
-    let abandoned = || Err(Arc::new(sqlx::Error::PoolClosed));
+    match try_batch(pool, credits, &wanted).await {
+        Ok(answers) => answers,
+        Err(error) => {
+            let answers = Mutex::new(credits.iter().map(|_| abandoned()).collect::<Vec<_>>());
+            let answer = |i: usize, answer: Answer| {
+                answers.lock().expect("never poisoned")[i] = answer;
+            };
+            one_by_one(pool, credits, &wanted, error, answer).await;
+            answers.into_inner().expect("never poisoned")
+        }
+    }
+}
+
+/// The answer to a credit whose request is gone: nobody reads it.
+fn abandoned() -> Answer {
+    Err(Arc::new(sqlx::Error::PoolClosed))
+}
+
+/// The batch alone, without the one-by-one fallback: one transaction for
+/// every wanted credit. A batch that loses a credit before its commit rolls
+/// back and runs again without it.
+pub async fn try_batch(
+    pool: &PgPool,
+    credits: &[Credit],
+    wanted: impl Fn(usize) -> bool,
+) -> Result<Vec<Answer>, Arc<sqlx::Error>> {
     loop {
         let live: Vec<usize> = (0..credits.len()).filter(|&i| wanted(i)).collect();
         // The first copy of each event goes into the batch (`slot`); later
@@ -152,37 +197,54 @@ pub async fn apply(
             })
             .collect();
         let all_wanted = || live.iter().all(|&i| wanted(i));
-        let error = match commit(pool, &unique, all_wanted).await {
+        match commit(pool, &unique, all_wanted).await {
             Ok(Some(outcomes)) => {
                 let mut answers: Vec<Answer> = credits.iter().map(|_| abandoned()).collect();
                 for (i, slot) in live.into_iter().zip(slot) {
                     let outcome = slot.map_or(Outcome::Duplicate, |slot| outcomes[slot]);
                     answers[i] = Ok(super::receipt(outcome, &credits[i].event));
                 }
-                return answers;
+                return Ok(answers);
             }
             Ok(None) => continue,
-            Err(error) => Arc::new(error),
-        };
-        if db::is_connection_failure(&error) {
-            // One by one would only wait for the same database again.
-            return credits.iter().map(|_| Err(error.clone())).collect();
+            Err(error) => return Err(Arc::new(error)),
         }
-        tracing::warn!(
-            error = ?error,
-            events = unique.len(),
-            "a batch failed: applying its events one by one"
-        );
-        let mut answers = Vec::with_capacity(credits.len());
-        for (i, credit) in credits.iter().enumerate() {
-            answers.push(if wanted(i) {
-                super::ingest(pool, &credit.event).await.map_err(Arc::new)
-            } else {
-                abandoned()
-            });
-        }
-        return answers;
     }
+}
+
+/// After a failed batch: each wanted credit in its own transaction,
+/// concurrently (copies of one event serialise on its claim, as they would
+/// arriving one by one), each answered as soon as it is done, so a failing
+/// or waiting credit holds back no other.
+async fn one_by_one(
+    pool: &PgPool,
+    credits: &[Credit],
+    wanted: impl Fn(usize) -> bool,
+    error: Arc<sqlx::Error>,
+    answer: impl Fn(usize, Answer),
+) {
+    if db::is_connection_failure(&error) {
+        // One by one would only wait for the same database again.
+        for i in 0..credits.len() {
+            answer(i, Err(error.clone()));
+        }
+        return;
+    }
+    tracing::warn!(
+        error = ?error,
+        events = credits.len(),
+        "a batch failed: applying its events one by one"
+    );
+    let answer = &answer;
+    join_all(credits.iter().enumerate().filter(|(i, _)| wanted(*i)).map(
+        |(i, credit)| async move {
+            answer(
+                i,
+                super::ingest(pool, &credit.event).await.map_err(Arc::new),
+            );
+        },
+    ))
+    .await;
 }
 
 /// The batch's transaction: claim, lock, credit, announce, record. Returns
@@ -197,7 +259,7 @@ async fn commit(
     if credits.is_empty() {
         return Ok(Some(outcomes));
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = pool.begin_with(BEGIN).await?;
     let claimed = claim_and_lock(&mut tx, credits).await?;
     if claimed.is_empty() {
         tx.rollback().await?;

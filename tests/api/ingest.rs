@@ -11,8 +11,8 @@ use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
 use webhookd::config::ServeSettings;
-use webhookd::ingest::Ingestor;
 use webhookd::http::{AppState, health};
+use webhookd::ingest::Ingestor;
 use webhookd::providers::Providers;
 
 use crate::helpers::{

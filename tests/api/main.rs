@@ -1,3 +1,4 @@
+mod batch;
 mod helpers;
 mod ingest;
 mod lifecycle;
