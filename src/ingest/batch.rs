@@ -409,12 +409,16 @@ async fn post_credits(
         r#"
         with input as (
             select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::jsonb[])
-                as input (provider, event_id, user_id, currency, source_ref, amount_minor, context)
+                with ordinality
+                as input (provider, event_id, user_id, currency, source_ref, amount_minor, context, position)
         ), entry as (
+            -- In arrival order: of two events crediting one payment, the
+            -- first to arrive owns the credit.
             insert into wallet_entries
                 (user_id, currency, amount_minor, kind, provider, source_ref, event_id)
             select user_id, currency, amount_minor, 'credit', provider, source_ref, event_id
             from input
+            order by position
             on conflict (provider, kind, source_ref) do nothing
             returning id, provider, event_id, user_id, currency, amount_minor, source_ref
         ), wallet as (
