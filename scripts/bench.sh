@@ -27,10 +27,8 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-bench.XXXXXX")
 chmod 755 "$scratch"
 cleanup() {
     set +e
-    if [ -n "${server:-}" ]; then kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; fi
-    if [ -n "${admin_url:-}" ]; then
-        "$PG_BINDIR/psql" -q -d "$admin_url" -c "drop database if exists webhookd_bench with (force)" >/dev/null 2>&1
-    fi
+    if [ -n "${WEBHOOKD_PID:-}" ]; then kill "$WEBHOOKD_PID" 2>/dev/null; wait "$WEBHOOKD_PID" 2>/dev/null; fi
+    if [ -n "${db_url:-}" ]; then drop_bench_database webhookd_bench; fi
     stop_cluster
     rm -rf "$scratch"
 }
@@ -40,9 +38,7 @@ PG_BINDIR=$(pg_bindir)
 if [ -z "${DATABASE_URL:-}" ]; then
     start_cluster "$scratch/data" max_connections=200 shared_buffers=256MB
 fi
-admin_url=$DATABASE_URL
-"$PG_BINDIR/psql" -q -d "$admin_url" -c "drop database if exists webhookd_bench with (force)" -c "create database webhookd_bench"
-db_url=$(python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/webhookd_bench")))' "$admin_url")
+db_url=$(bench_database webhookd_bench)
 
 log "building (release)"
 SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
@@ -100,22 +96,14 @@ done
 
 # 2-4. webhookd itself.
 secret=whsec_bench
-port=$(free_port 18080)
-DATABASE_URL=$db_url WEBHOOKD_LISTEN=127.0.0.1:$port WEBHOOKD_ROLE=api STRIPE_WEBHOOK_SECRET=$secret \
-    WEBHOOKD_DB_MAX_CONNECTIONS=${WEBHOOKD_DB_MAX_CONNECTIONS:-64} RUST_LOG=warn "$binary" serve > "$scratch/server.log" 2>&1 &
-server=$!
-ready=
-for _ in $(seq 1 100); do
-    if "$binary" healthcheck "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then ready=1; break; fi
-    sleep 0.1
-done
-[ -n "$ready" ] || { cat "$scratch/server.log" >&2; die "webhookd did not become ready"; }
+start_webhookd "$binary" "$db_url" "$secret" "$scratch/server.log"
+server=$WEBHOOKD_PID
 idle_rss=$(awk '/VmRSS/ { print $2 }' "/proc/$server/status")
 
 # A failed verification exits 1 but still prints its report: keep it, and
 # let the table below say so (and fail the script).
 drill() {
-    DATABASE_URL=$db_url STRIPE_WEBHOOK_SECRET=$secret "$binary" drill --url "http://127.0.0.1:$port" "$@" || true
+    DATABASE_URL=$db_url STRIPE_WEBHOOK_SECRET=$secret "$binary" drill --url "$WEBHOOKD_URL" "$@" || true
 }
 declare -A drill_json
 for clients in 8 32 64; do

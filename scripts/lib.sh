@@ -100,3 +100,33 @@ check_database_url() {
     "$bindir/pg_isready" -q -t 10 -d "$DATABASE_URL" \
         || die "DATABASE_URL is set but that database does not answer"
 }
+
+# bench_database NAME: (re)creates database NAME on DATABASE_URL's server
+# and prints its URL. Drop it with drop_bench_database NAME.
+bench_database() {
+    "$PG_BINDIR/psql" -q -d "$DATABASE_URL" -c "drop database if exists $1 with (force)" -c "create database $1" >&2
+    python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' \
+        "$DATABASE_URL" "$1"
+}
+
+drop_bench_database() {
+    "$PG_BINDIR/psql" -q -d "$DATABASE_URL" -c "drop database if exists $1 with (force)" >/dev/null 2>&1
+}
+
+# start_webhookd BINARY DB_URL SECRET LOG: serves the API role on a free
+# loopback port with the Stripe secret; sets WEBHOOKD_PID and WEBHOOKD_URL
+# once /readyz answers.
+start_webhookd() {
+    local binary=$1 db_url=$2 secret=$3 logfile=$4 port
+    port=$(free_port 18080)
+    DATABASE_URL=$db_url WEBHOOKD_LISTEN=127.0.0.1:$port WEBHOOKD_ROLE=api STRIPE_WEBHOOK_SECRET=$secret \
+        WEBHOOKD_DB_MAX_CONNECTIONS=${WEBHOOKD_DB_MAX_CONNECTIONS:-64} RUST_LOG=warn "$binary" serve > "$logfile" 2>&1 &
+    WEBHOOKD_PID=$!
+    WEBHOOKD_URL=http://127.0.0.1:$port
+    for _ in $(seq 1 100); do
+        if "$binary" healthcheck "$WEBHOOKD_URL/readyz" >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    cat "$logfile" >&2
+    die "webhookd did not become ready"
+}

@@ -14,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use crate::ingest::batch::BatchStats;
 use crate::outbox::store;
 use crate::outbox::worker::DrainerStats;
 
@@ -90,7 +91,7 @@ impl Metrics {
     }
 
     /// The text exposition, with the outbox gauges when they could be read.
-    pub fn render(&self, depth: Option<store::Depth>) -> String {
+    pub fn render(&self, depth: Option<store::Depth>, batches: &BatchStats) -> String {
         let registry = self.registry();
         let mut out = String::new();
         out.push_str(
@@ -136,6 +137,29 @@ impl Metrics {
                 out,
                 "webhookd_ingest_duration_seconds_count{{provider=\"{provider}\"}} {}",
                 h.count
+            );
+        }
+        for (name, help, counter) in [
+            (
+                "webhookd_ingest_batches_total",
+                "Credit batches committed together (group commit).",
+                &batches.batches,
+            ),
+            (
+                "webhookd_ingest_batched_events_total",
+                "Credits carried by those batches.",
+                &batches.events,
+            ),
+            (
+                "webhookd_ingest_batch_fallbacks_total",
+                "Batches that failed and were applied one event at a time.",
+                &batches.fallbacks,
+            ),
+        ] {
+            let n = counter.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}"
             );
         }
         if let Some(stats) = &self.deliveries {
@@ -194,7 +218,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(depth),
+        state.metrics.render(depth, state.ingestor.batch_stats()),
     )
         .into_response()
 }

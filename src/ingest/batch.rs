@@ -18,6 +18,7 @@
 //!   then the wallet rows sorted by `(user_id, currency)`.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
@@ -54,6 +55,17 @@ pub struct BatchSettings {
 
 pub type Answer = Result<Receipt, Arc<sqlx::Error>>;
 
+/// What the batches of this process did, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct BatchStats {
+    /// Batches run (a batch that rolled back and ran again counts once).
+    pub batches: AtomicU64,
+    /// Credits those batches carried.
+    pub events: AtomicU64,
+    /// Batches that failed and were applied one by one.
+    pub fallbacks: AtomicU64,
+}
+
 /// A verified credit and its parsed effect, waiting for a batch.
 #[derive(Debug, Clone)]
 pub struct Credit {
@@ -70,6 +82,7 @@ struct Job {
 #[derive(Debug, Clone)]
 pub struct Batcher {
     queue: mpsc::Sender<Job>,
+    stats: Arc<BatchStats>,
 }
 
 impl Batcher {
@@ -81,8 +94,13 @@ impl Batcher {
             concurrency: settings.concurrency.max(1),
         };
         let (queue, jobs) = mpsc::channel(settings.max_events * settings.concurrency * 4);
-        tokio::spawn(dispatch(pool, jobs, settings));
-        Batcher { queue }
+        let stats = Arc::new(BatchStats::default());
+        tokio::spawn(dispatch(pool, jobs, settings, stats.clone()));
+        Batcher { queue, stats }
+    }
+
+    pub fn stats(&self) -> &BatchStats {
+        &self.stats
     }
 
     /// Queues `credit` and waits for its batch's commit.
@@ -98,7 +116,12 @@ impl Batcher {
     }
 }
 
-async fn dispatch(pool: PgPool, mut jobs: mpsc::Receiver<Job>, settings: BatchSettings) {
+async fn dispatch(
+    pool: PgPool,
+    mut jobs: mpsc::Receiver<Job>,
+    settings: BatchSettings,
+    stats: Arc<BatchStats>,
+) {
     let executors = Arc::new(Semaphore::new(settings.concurrency));
     loop {
         // Queue while every executor is busy: the next batch takes it all.
@@ -115,11 +138,15 @@ async fn dispatch(pool: PgPool, mut jobs: mpsc::Receiver<Job>, settings: BatchSe
                 Err(_) => break,
             }
         }
-        tokio::spawn(run(pool.clone(), batch, executor));
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats
+            .events
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        tokio::spawn(run(pool.clone(), batch, executor, stats.clone()));
     }
 }
 
-async fn run(pool: PgPool, jobs: Vec<Job>, executor: OwnedSemaphorePermit) {
+async fn run(pool: PgPool, jobs: Vec<Job>, executor: OwnedSemaphorePermit, stats: Arc<BatchStats>) {
     // A request that timed out while queued was answered 503 already: leave
     // its event to the provider's retry rather than apply it unannounced.
     let (credits, replies): (Vec<Credit>, Vec<_>) = jobs
@@ -147,6 +174,7 @@ async fn run(pool: PgPool, jobs: Vec<Job>, executor: OwnedSemaphorePermit) {
             // The next batch need not wait for these (one may wait on a
             // lock for as long as the statement timeout).
             drop(executor);
+            stats.fallbacks.fetch_add(1, Ordering::Relaxed);
             one_by_one(&pool, &credits, wanted, error, answer).await;
         }
     }

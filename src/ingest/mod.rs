@@ -30,6 +30,10 @@ impl Ingestor {
         }
     }
 
+    pub fn batch_stats(&self) -> &batch::BatchStats {
+        self.batcher.stats()
+    }
+
     pub async fn ingest(&self, event: VerifiedEvent) -> Result<Receipt, ApiError> {
         match effects::plain_credit(&event) {
             Some(credit) => Ok(self.batcher.submit(batch::Credit { event, credit }).await?),
