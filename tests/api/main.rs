@@ -1,9 +1,11 @@
 mod batch;
 mod helpers;
+mod hostile;
 mod ingest;
 mod lifecycle;
 mod operations;
 mod outbox;
+mod properties;
 mod razorpay;
 mod schemes;
 mod signature;
