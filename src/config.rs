@@ -120,9 +120,10 @@ pub struct DrillArgs {
     /// Events in flight at once (each with all its copies).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub concurrency: u64,
-    /// Base URL of the webhookd under test.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub url: String,
+    /// Base URL of the webhookd under test. Repeat it to spread each event's
+    /// copies over several servers (of one database).
+    #[arg(long = "url", default_value = "http://127.0.0.1:8080")]
+    pub urls: Vec<String>,
     /// Give up on a request after this long of retrying.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
     pub give_up_after: Duration,

@@ -52,7 +52,11 @@ pub async fn run(
             anyhow::anyhow!("set STRIPE_WEBHOOK_SECRET (the secret the target verifies with)")
         })?;
     let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
-    let url = format!("{}/webhooks/stripe", args.url.trim_end_matches('/'));
+    let urls: Vec<String> = args
+        .urls
+        .iter()
+        .map(|url| format!("{}/webhooks/stripe", url.trim_end_matches('/')))
+        .collect();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(
@@ -63,11 +67,14 @@ pub async fn run(
     let started = Instant::now();
     let sends = futures_util::stream::iter(0..args.events)
         .map(|n| {
-            let (client, url, secret) = (&client, &url, &secret);
+            let (client, urls, secret) = (&client, &urls, &secret);
             async move {
                 let body = event(run_id, n);
-                let copies = (0..args.duplicates)
-                    .map(|_| send(client, url, secret, &body, args.give_up_after));
+                // Copy `c` of event `n` goes to server `(n + c) % servers`.
+                let copies = (0..args.duplicates).map(|c| {
+                    let url = &urls[usize::try_from(n + c).unwrap_or(0) % urls.len()];
+                    send(client, url, secret, &body, args.give_up_after)
+                });
                 futures_util::future::join_all(copies).await
             }
         })

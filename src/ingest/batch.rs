@@ -175,9 +175,47 @@ async fn run(pool: PgPool, jobs: Vec<Job>, executor: OwnedSemaphorePermit, stats
             // lock for as long as the statement timeout).
             drop(executor);
             stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-            one_by_one(&pool, &credits, wanted, error, answer).await;
+            if !worth_one_by_one(&error, credits.len()) {
+                for i in 0..credits.len() {
+                    answer(i, Err(error.clone()));
+                }
+                return;
+            }
+            let replies = replies
+                .into_iter()
+                .map(|reply| reply.into_inner().expect("never poisoned"));
+            join_all(credits.iter().zip(replies).filter_map(|(credit, reply)| {
+                let mut reply = reply.filter(|reply| !reply.is_closed())?;
+                let pool = &pool;
+                Some(async move {
+                    tokio::select! {
+                        answer = super::ingest(pool, &credit.event) => {
+                            let _ = reply.send(answer.map_err(Arc::new));
+                        }
+                        // The request was answered (it timed out): drop its
+                        // transaction, so that its 503 leaves nothing behind.
+                        () = reply.closed() => {}
+                    }
+                })
+            }))
+            .await;
         }
     }
+}
+
+/// Whether a failed batch's credits should be applied again one by one (and
+/// says so in the log): not when the database itself is lost, since one by
+/// one would only wait for it again.
+fn worth_one_by_one(error: &sqlx::Error, events: usize) -> bool {
+    if db::is_connection_failure(error) {
+        return false;
+    }
+    tracing::warn!(
+        error = ?error,
+        events,
+        "a batch failed: applying its events one by one"
+    );
+    true
 }
 
 /// Applies `credits` in one transaction, answering each in order; when that
@@ -258,18 +296,12 @@ async fn one_by_one(
     error: Arc<sqlx::Error>,
     answer: impl Fn(usize, Answer),
 ) {
-    if db::is_connection_failure(&error) {
-        // One by one would only wait for the same database again.
+    if !worth_one_by_one(&error, credits.len()) {
         for i in 0..credits.len() {
             answer(i, Err(error.clone()));
         }
         return;
     }
-    tracing::warn!(
-        error = ?error,
-        events = credits.len(),
-        "a batch failed: applying its events one by one"
-    );
     let answer = &answer;
     join_all(credits.iter().enumerate().filter(|(i, _)| wanted(*i)).map(
         |(i, credit)| async move {

@@ -1,4 +1,5 @@
 mod batch;
+mod fuzz;
 mod helpers;
 mod hostile;
 mod ingest;

@@ -467,13 +467,15 @@ async fn prune_keeps_an_old_event_whose_entry_is_young(pool: PgPool) {
 }
 
 #[sqlx::test]
-async fn the_drill_storms_the_service_and_finds_the_books_exact(pool: PgPool) {
+async fn the_drill_storms_two_servers_and_finds_the_books_exact(pool: PgPool) {
+    // Two servers on one database; each event's copies go to both.
     let app = spawn_app(pool.clone()).await;
+    let second = spawn_app(pool.clone()).await;
     let args = webhookd::config::DrillArgs {
         events: 200,
         duplicates: 5,
         concurrency: 8,
-        url: app.address.clone(),
+        urls: vec![app.address.clone(), second.address.clone()],
         give_up_after: std::time::Duration::from_secs(60),
         stripe_webhook_secret: Secrets::new([SECRET]),
     };
