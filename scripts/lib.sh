@@ -83,8 +83,16 @@ start_cluster() {
         -o "-p $port -k $datadir -c listen_addresses=127.0.0.1 $settings" start >/dev/null \
         || { cat "$datadir/server.log" >&2; die "Postgres did not start"; }
     PG_CLUSTER_DIR=$datadir
+    PG_CLUSTER_OPTIONS="-p $port -k $datadir -c listen_addresses=127.0.0.1 $settings"
     export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
     log "Postgres is running: DATABASE_URL=$DATABASE_URL"
+}
+
+# Starts the cluster of start_cluster again, as it was, after a stop.
+restart_cluster() {
+    as_pg_user "$PG_BINDIR/pg_ctl" -D "$PG_CLUSTER_DIR" -l "$PG_CLUSTER_DIR/server.log" -w -t 60 \
+        -o "$PG_CLUSTER_OPTIONS" start >/dev/null \
+        || { tail -n 20 "$PG_CLUSTER_DIR/server.log" >&2; die "Postgres did not start again"; }
 }
 
 stop_cluster() {

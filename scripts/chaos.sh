@@ -1,0 +1,357 @@
+#!/usr/bin/env bash
+# Tries hard to break webhookd's promise (an event answered 2xx is applied
+# exactly once; one not answered 2xx leaves nothing behind and is applied
+# once when retried; every committed outbox row reaches the sink at least
+# once under a stable id), on loopback, against its own throwaway Postgres
+# cluster (scenario 2 stops it). Each scenario prints a PASS or FAIL line
+# with its figures; the script fails if any scenario failed.
+#
+#   scripts/chaos.sh            all five scenarios (about 5 minutes)
+#   scripts/chaos.sh --short    one crash and one database outage (CI)
+#
+# WEBHOOKD_BIN=path uses that binary instead of building a release one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+short=
+case "${1:-}" in
+    --short) short=1 ;;
+    "") ;;
+    *) die "usage: scripts/chaos.sh [--short]" ;;
+esac
+command -v python3 >/dev/null || die "python3 is needed (counting sink, signing, JSON)"
+command -v curl >/dev/null || die "curl is needed"
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-chaos.XXXXXX")
+chmod 755 "$scratch"
+pids=()
+cleanup() {
+    set +e
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+    wait 2>/dev/null
+    stop_cluster
+    rm -rf "$scratch"
+}
+trap cleanup EXIT
+
+# Our own cluster, always: the outage scenario stops it.
+unset DATABASE_URL
+start_cluster "$scratch/data" max_connections=300
+admin_url=$DATABASE_URL
+if [ -n "${WEBHOOKD_BIN:-}" ]; then
+    binary=$WEBHOOKD_BIN
+else
+    require_cargo
+    log "building (release)"
+    SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
+    binary=target/release/webhookd
+fi
+secret=whsec_chaos_endpoint
+sink_secret=whsec_Y2hhb3Mtc2luay1zaWduaW5nLWtleQ==
+failures=0
+results=()
+
+report() { # report PASS|FAIL "scenario: figures"
+    results+=("$1 $2")
+    printf '%s %s\n' "$1" "$2"
+    [ "$1" = PASS ] || failures=$((failures + 1))
+}
+
+psql_at() { "$PG_BINDIR/psql" -tAq -v ON_ERROR_STOP=1 -d "$1" -c "$2"; }
+
+# A counting sink: appends each delivery's webhook-id to FILE, answers 204.
+start_sink() { # start_sink PORT FILE
+    python3 - "$1" "$2" > "$scratch/sink-$1.log" 2>&1 <<'PY' &
+import http.server, sys
+port, path = int(sys.argv[1]), sys.argv[2]
+class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        with open(path, "a") as f:
+            f.write(self.headers.get("webhook-id", "") + "\n")
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer.allow_reuse_address = True
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Sink).serve_forever()
+PY
+    SINK_PID=$!
+    pids+=("$SINK_PID")
+    for _ in $(seq 1 100); do
+        if curl -s -o /dev/null "http://127.0.0.1:$1/"; then return 0; fi
+        sleep 0.05
+    done
+    die "the counting sink did not start"
+}
+
+# serve DB_URL PORT SINK_PORT [VAR=value...]: starts a server (API and
+# drainer) in the background; sets SERVER_PID once /readyz answers 200.
+# Retry policy as shipped (20 attempts before a dead letter), with shorter
+# waits: backoff capped at 2 s, a 10 s lease (a killed drainer's rows come
+# back after it), a 5 s sink timeout.
+serve() {
+    local db_url=$1 port=$2 sink_port=$3; shift 3
+    env DATABASE_URL="$db_url" WEBHOOKD_LISTEN="127.0.0.1:$port" STRIPE_WEBHOOK_SECRET="$secret" \
+        WEBHOOKD_SINK_URL="http://127.0.0.1:$sink_port/" WEBHOOKD_SINK_SECRET="$sink_secret" \
+        WEBHOOKD_OUTBOX_BACKOFF_CAP=2s WEBHOOKD_SINK_TIMEOUT=5s WEBHOOKD_OUTBOX_LEASE=10s \
+        WEBHOOKD_LOG_FORMAT=json RUST_LOG=warn \
+        "$@" "$binary" serve >> "$scratch/server-$port.log" 2>&1 &
+    SERVER_PID=$!
+    pids+=("$SERVER_PID")
+    wait_ready "$port" 30 || { tail -n 20 "$scratch/server-$port.log" >&2; die "webhookd did not become ready"; }
+}
+
+wait_ready() { # wait_ready PORT SECONDS
+    local tries=$(( $2 * 20 ))
+    for _ in $(seq 1 "$tries"); do
+        if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/readyz")" = 200 ]; then return 0; fi
+        sleep 0.05
+    done
+    return 1
+}
+
+# Waits (at most SECONDS) until no outbox row waits for delivery.
+wait_drained() { # wait_drained DB_URL SECONDS
+    local deadline=$(( $(date +%s) + $2 ))
+    while [ "$(psql_at "$1" "select count(*) from outbox where delivered_at is null and dead_at is null")" != 0 ]; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.2
+    done
+}
+
+# Compares the outbox with what the sink received: prints
+# "rows deliveries missing unknown dead".
+delivery_check() { # delivery_check DB_URL FILE
+    psql_at "$1" "select id from outbox" > "$scratch/outbox-ids"
+    local dead
+    dead=$(psql_at "$1" "select count(*) from outbox where dead_at is not null")
+    python3 - "$scratch/outbox-ids" "$2" "$dead" <<'PY'
+import sys
+rows = set(open(sys.argv[1]).read().split())
+received = [line.strip() for line in open(sys.argv[2]) if line.strip()] if __import__("os").path.exists(sys.argv[2]) else []
+print(len(rows), len(received), len(rows - set(received)), len(set(received) - rows), sys.argv[3])
+PY
+}
+
+drill() { # drill DB_URL URL... -- drill args
+    local db_url=$1; shift
+    DATABASE_URL=$db_url STRIPE_WEBHOOK_SECRET=$secret "$binary" drill "$@" || true
+}
+
+json_field() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2], {}, {"d": d}))' "$1" "$2"; }
+
+reconciled() { DATABASE_URL=$1 "$binary" reconcile > "$scratch/reconcile.out" 2>&1; }
+
+# Signs and posts one payment_intent.succeeded; prints the HTTP status.
+post_credit() { # post_credit PORT EVENT_ID USER AMOUNT
+    local body header
+    body=$(printf '{"id":"%s","object":"event","type":"payment_intent.succeeded","created":%s,"data":{"object":{"id":"pi_%s","object":"payment_intent","amount":%s,"amount_received":%s,"currency":"usd","metadata":{"user_id":"%s"}}},"livemode":false}' \
+        "$2" "$(date +%s)" "$2" "$4" "$4" "$3")
+    header=$(python3 -c 'import hmac,hashlib,sys,time; t=str(int(time.time())); print("t="+t+",v1="+hmac.new(sys.argv[1].encode(), (t+"."+sys.argv[2]).encode(), hashlib.sha256).hexdigest())' "$secret" "$body")
+    curl -s -o /dev/null -w '%{http_code}' --max-time 30 "http://127.0.0.1:$1/webhooks/stripe" \
+        -H "Stripe-Signature: $header" -H 'Content-Type: application/json' --data-binary "$body" || echo 000
+}
+
+# 1. Crash loop: SIGKILL every few seconds while a drill with duplicates runs.
+crash_loop() {
+    local events=${1:-5000} max_kills=${2:-1000}
+    local db port sink_port file started kills=0 out
+    db=$(DATABASE_URL=$admin_url bench_database chaos_crash)
+    DATABASE_URL=$db "$binary" migrate >/dev/null 2>&1
+    port=$(free_port 18480); sink_port=$(free_port 18580); file=$scratch/crash.ids
+    start_sink "$sink_port" "$file"
+    serve "$db" "$port" "$sink_port"
+    started=$(date +%s)
+    drill "$db" --url "http://127.0.0.1:$port" --events "$events" --duplicates 5 --concurrency 8 \
+        > "$scratch/crash.json" &
+    local drill_pid=$!
+    pids+=("$drill_pid")
+    # Kill every 0.5 to 2 s while the drill runs and while rows wait for
+    # delivery (the drainer dies mid-delivery too), at most 3 minutes.
+    pending() { [ "$(psql_at "$db" "select count(*) from outbox where delivered_at is null")" != 0 ]; }
+    while { kill -0 "$drill_pid" 2>/dev/null || pending; } && [ "$kills" -lt "$max_kills" ] \
+        && [ "$(( $(date +%s) - started ))" -lt 180 ]; do
+        sleep "0.$(( 5 + RANDOM % 5 ))"
+        [ "$(( RANDOM % 2 ))" = 0 ] || sleep 1
+        kill -9 "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+        kills=$((kills + 1))
+        serve "$db" "$port" "$sink_port"
+    done
+    wait "$drill_pid" || true
+    out=$(cat "$scratch/crash.json")
+    local drained=ok
+    wait_drained "$db" 120 || drained=timeout
+    local verified reconcile=ok duplicates statuses
+    verified=$(json_field "$out" 'd["passed"]')
+    duplicates=$(json_field "$out" 'd["outcomes"].get("duplicate", 0)')
+    statuses=$(json_field "$out" 'd["statuses"]')
+    reconciled "$db" || reconcile=FAILED
+    read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
+    local verdict=FAIL
+    if [ "$kills" -ge 1 ] && [ "$verified" = True ] && [ "$reconcile" = ok ] && [ "$drained" = ok ] \
+        && [ "$missing" = 0 ] && [ "$unknown" = 0 ] && [ "$dead" = 0 ]; then verdict=PASS; fi
+    report "$verdict" "crash loop: $events events x 5 copies, $kills SIGKILLs in $(( $(date +%s) - started )) s; statuses $statuses; duplicates absorbed $duplicates; drill verification $verified; reconcile $reconcile; outbox rows $rows, deliveries $deliveries, missing $missing, unknown ids $unknown, dead $dead, drained $drained"
+    kill "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
+}
+
+# 2. Database outage: Postgres stopped mid-load, started again.
+db_outage() {
+    local events=${1:-3000} outage=${2:-10}
+    local db port sink_port file out
+    db=$(DATABASE_URL=$admin_url bench_database chaos_outage)
+    DATABASE_URL=$db "$binary" migrate >/dev/null 2>&1
+    port=$(free_port 18480); sink_port=$(free_port 18580); file=$scratch/outage.ids
+    start_sink "$sink_port" "$file"
+    serve "$db" "$port" "$sink_port" WEBHOOKD_DB_ACQUIRE_TIMEOUT=1s
+    drill "$db" --url "http://127.0.0.1:$port" --events "$events" --duplicates 2 --concurrency 16 \
+        > "$scratch/outage.json" &
+    local drill_pid=$!
+    pids+=("$drill_pid")
+    sleep 1
+    as_pg_user "$PG_BINDIR/pg_ctl" -D "$PG_CLUSTER_DIR" -m fast -w stop >/dev/null
+    local stopped_at probes=0 probe_2xx=0 ready_2xx=0 readyz
+    stopped_at=$(date +%s)
+    # Fresh events during the outage: none may be answered 2xx.
+    while [ "$(( $(date +%s) - stopped_at ))" -lt "$outage" ]; do
+        probes=$((probes + 1))
+        case "$(post_credit "$port" "evt_outage_$probes" outage_user 100)" in 2*) probe_2xx=$((probe_2xx + 1)) ;; esac
+        readyz=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/readyz" || echo 000)
+        [ "$readyz" != 200 ] || ready_2xx=$((ready_2xx + 1))
+        sleep 0.3
+    done
+    local restarted_at recovered=timeout
+    restarted_at=$(date +%s%N)
+    restart_cluster
+    if wait_ready "$port" 60; then
+        recovered=$(python3 -c "print(f'{($(date +%s%N) - $restarted_at) / 1e9:.1f} s')")
+    fi
+    # The provider retries the refused probes: each applies once.
+    local retried=0
+    for n in $(seq 1 "$probes"); do
+        for _ in $(seq 1 20); do
+            case "$(post_credit "$port" "evt_outage_$n" outage_user 100)" in 2*) retried=$((retried + 1)); break ;; esac
+            sleep 0.2
+        done
+    done
+    wait "$drill_pid" || true
+    out=$(cat "$scratch/outage.json")
+    local drained=ok reconcile=ok verified statuses balance
+    wait_drained "$db" 120 || drained=timeout
+    verified=$(json_field "$out" 'd["passed"]')
+    statuses=$(json_field "$out" 'd["statuses"]')
+    balance=$(psql_at "$db" "select coalesce(sum(balance_minor), 0) from wallets where user_id = 'outage_user'")
+    reconciled "$db" || reconcile=FAILED
+    read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
+    local verdict=FAIL
+    if [ "$verified" = True ] && [ "$reconcile" = ok ] && [ "$probe_2xx" = 0 ] && [ "$ready_2xx" = 0 ] \
+        && [ "$retried" = "$probes" ] && [ "$balance" = "$((probes * 100))" ] && [ "$drained" = ok ] \
+        && [ "$missing" = 0 ] && [ "$unknown" = 0 ]; then verdict=PASS; fi
+    report "$verdict" "database outage: ${outage} s stopped under a $events-event drill; probes during the outage $probes, answered 2xx $probe_2xx, /readyz 200 $ready_2xx; ready again $recovered after Postgres was started (webhookd not restarted); probes applied once on retry $retried/$probes (balance $balance); drill statuses $statuses, verification $verified; reconcile $reconcile; outbox rows $rows, missing $missing"
+    kill "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
+}
+
+# 3. Sink outage: the sink is down for 20 s, then comes back.
+sink_outage() {
+    local events=1000 outage=20 db port sink_port file started
+    db=$(DATABASE_URL=$admin_url bench_database chaos_sink)
+    DATABASE_URL=$db "$binary" migrate >/dev/null 2>&1
+    port=$(free_port 18480); sink_port=$(free_port 18580); file=$scratch/sink.ids
+    serve "$db" "$port" "$sink_port"
+    started=$(date +%s)
+    local out
+    out=$(drill "$db" --url "http://127.0.0.1:$port" --events "$events" --concurrency 16)
+    sleep "$(( outage - ($(date +%s) - started) > 0 ? outage - ($(date +%s) - started) : 0 ))"
+    local failed_attempts
+    failed_attempts=$(psql_at "$db" "select count(*) from outbox where attempts > 0 and delivered_at is null")
+    start_sink "$sink_port" "$file"
+    local back drained=ok
+    back=$(date +%s)
+    wait_drained "$db" 120 || drained=timeout
+    local caught_up=$(( $(date +%s) - back ))
+    read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
+    local verdict=FAIL
+    if [ "$(json_field "$out" 'd["passed"]')" = True ] && [ "$drained" = ok ] && [ "$dead" = 0 ] \
+        && [ "$missing" = 0 ] && [ "$unknown" = 0 ]; then verdict=PASS; fi
+    report "$verdict" "sink outage: ${outage} s down; $events credits, $failed_attempts rows had failed attempts; all delivered $caught_up s after the sink returned (drained $drained); outbox rows $rows, deliveries $deliveries, missing $missing, unknown ids $unknown, dead $dead"
+    kill "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
+}
+
+# 4. Lock contention: another session holds a hot wallet row past the
+#    request timeout.
+lock_contention() {
+    local db port sink_port file timeout_s=2 hold_s=6
+    db=$(DATABASE_URL=$admin_url bench_database chaos_lock)
+    DATABASE_URL=$db "$binary" migrate >/dev/null 2>&1
+    port=$(free_port 18480); sink_port=$(free_port 18580); file=$scratch/lock.ids
+    start_sink "$sink_port" "$file"
+    serve "$db" "$port" "$sink_port" WEBHOOKD_REQUEST_TIMEOUT=${timeout_s}s
+    local seeded
+    seeded=$(post_credit "$port" evt_lock_seed hot_user 100)
+    "$PG_BINDIR/psql" -q -d "$db" -c "begin; select 1 from wallets where user_id = 'hot_user' for update; select pg_sleep($hold_s); commit;" >/dev/null &
+    local holder=$!
+    pids+=("$holder")
+    for _ in $(seq 1 100); do
+        [ "$(psql_at "$db" "select count(*) from pg_locks l join pg_class c on c.oid = l.relation where c.relname = 'wallets' and l.mode = 'RowShareLock' and l.granted")" = 0 ] || break
+        sleep 0.05
+    done
+    local t0 hot other elapsed
+    t0=$(date +%s%N)
+    hot=$(post_credit "$port" evt_lock_hot hot_user 50)
+    elapsed=$(python3 -c "print(f'{($(date +%s%N) - $t0) / 1e9:.2f}')")
+    other=$(post_credit "$port" evt_lock_other other_user 70)
+    wait "$holder" || true
+    local retry recorded balance
+    retry=$(post_credit "$port" evt_lock_hot hot_user 50)
+    recorded=$(psql_at "$db" "select outcome from processed_events where event_id = 'evt_lock_hot'")
+    balance=$(psql_at "$db" "select balance_minor from wallets where user_id = 'hot_user'")
+    local verdict=FAIL
+    if [ "$seeded" = 200 ] && [ "$hot" = 503 ] && python3 -c "import sys; sys.exit(0 if $elapsed < $timeout_s + 1 else 1)" \
+        && [ "$other" = 200 ] && [ "$retry" = 200 ] && [ "$recorded" = processed ] && [ "$balance" = 150 ] \
+        && reconciled "$db"; then verdict=PASS; fi
+    report "$verdict" "lock contention: wallet row held ${hold_s} s, request timeout ${timeout_s} s; the hot credit answered $hot after $elapsed s; another wallet's credit meanwhile $other; the retry $retry ($recorded, balance $balance)"
+    kill "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
+}
+
+# 5. Two servers (each with its drainer) on one database, duplicate storms
+#    sent to both.
+two_servers() {
+    local events=2000 db port_a port_b sink_port file out
+    db=$(DATABASE_URL=$admin_url bench_database chaos_two)
+    DATABASE_URL=$db "$binary" migrate >/dev/null 2>&1
+    port_a=$(free_port 18480); sink_port=$(free_port 18580); file=$scratch/two.ids
+    start_sink "$sink_port" "$file"
+    serve "$db" "$port_a" "$sink_port"
+    local server_a=$SERVER_PID
+    port_b=$(free_port $((port_a + 1)))
+    serve "$db" "$port_b" "$sink_port"
+    out=$(drill "$db" --url "http://127.0.0.1:$port_a" --url "http://127.0.0.1:$port_b" \
+        --events "$events" --duplicates 20 --concurrency 8)
+    local drained=ok reconcile=ok
+    wait_drained "$db" 120 || drained=timeout
+    reconciled "$db" || reconcile=FAILED
+    read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
+    local verdict=FAIL
+    if [ "$(json_field "$out" 'd["passed"]')" = True ] && [ "$reconcile" = ok ] && [ "$drained" = ok ] \
+        && [ "$missing" = 0 ] && [ "$unknown" = 0 ] && [ "$dead" = 0 ]; then verdict=PASS; fi
+    report "$verdict" "two servers: $events events x 20 copies over both; outcomes $(json_field "$out" 'd["outcomes"]'); verification $(json_field "$out" 'd["passed"]'); reconcile $reconcile; outbox rows $rows, deliveries $deliveries, missing $missing, unknown ids $unknown"
+    kill "$server_a" "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$server_a" "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
+}
+
+began=$(date +%s)
+if [ -n "$short" ]; then
+    crash_loop 600 1
+    db_outage 2000 4
+else
+    crash_loop
+    db_outage
+    sink_outage
+    lock_contention
+    two_servers
+fi
+printf '\n'
+for line in "${results[@]}"; do printf '%s\n' "$line"; done
+printf '%s scenario(s) failed; %s s\n' "$failures" "$(( $(date +%s) - began ))"
+[ "$failures" = 0 ]
