@@ -371,3 +371,32 @@ async fn a_locked_wallet_holds_back_only_its_own_credits(pool: PgPool) {
     assert_eq!(app.balance("user_locked", "USD").await, Some(150));
     app.assert_consistent().await;
 }
+
+#[sqlx::test]
+async fn a_credit_retried_alone_after_its_batch_failed_rolls_back_when_its_request_times_out(
+    pool: PgPool,
+) {
+    // The request outlives the batch's 1 s lock timeout, so its credit is
+    // retried on its own, and then times out while that retry still waits.
+    let app = crate::helpers::spawn_app_with(pool, webhookd::clock::Clock::System, |s| {
+        s.request_timeout = std::time::Duration::from_millis(1500);
+    })
+    .await;
+    let seed = payment_intent_succeeded("evt_t0", "pi_t0", "user_timeout", 100);
+    app.deliver(&seed, "processed").await;
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("select 1 from wallets where user_id = 'user_timeout' for update")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+
+    let late = payment_intent_succeeded("evt_t1", "pi_t1", "user_timeout", 50);
+    let response = app.post_stripe(&late).await;
+    assert_eq!(response.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    holder.rollback().await.unwrap();
+
+    // Answered 503, so nothing of it may remain: the retry applies it.
+    app.deliver(&late, "processed").await;
+    assert_eq!(app.balance("user_timeout", "USD").await, Some(150));
+    app.assert_consistent().await;
+}
