@@ -40,6 +40,7 @@ unset DATABASE_URL
 start_cluster "$scratch/data" max_connections=300
 admin_url=$DATABASE_URL
 if [ -n "${WEBHOOKD_BIN:-}" ]; then
+    [ -x "$WEBHOOKD_BIN" ] || die "WEBHOOKD_BIN=$WEBHOOKD_BIN is not an executable"
     binary=$WEBHOOKD_BIN
 else
     require_cargo

@@ -31,5 +31,5 @@ cargo test --locked -- "$@"
 # were filtered.
 if [ "$#" -eq 0 ]; then
     log "chaos (short)"
-    WEBHOOKD_BIN=target/debug/webhookd bash scripts/chaos.sh --short
+    WEBHOOKD_BIN=${CARGO_TARGET_DIR:-target}/debug/webhookd bash scripts/chaos.sh --short
 fi
