@@ -545,8 +545,9 @@ async fn post_credits(
             from result r
             where e.provider = r.provider and e.event_id = r.event_id
         )
-        select r.provider as "provider!", r.event_id as "event_id!", r.entry_id,
-               r.balance_minor, r.outbox_id, r.waiting as "waiting!"
+        select r.provider as "provider!", r.event_id as "event_id!", r.entry_id as "entry_id?",
+               r.balance_minor as "balance_minor?", r.outbox_id as "outbox_id?",
+               r.waiting as "waiting!"
         from result r, (select pg_notify($8, '')) as notify
         "#,
         &column(|c| c.event.provider().to_owned()),

@@ -56,7 +56,9 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
         credit("evt_b3", "pi_b3", "user_c", 50),
         credit("evt_b1", "pi_b1", "user_b", 100),
     ];
-    let answers = batch::apply(&app.pool, &credits, |_| true).await;
+    let answers = batch::try_batch(&app.pool, &credits, |_| true)
+        .await
+        .expect("the batch commits");
     use Outcome::{Duplicate, Processed};
     assert_eq!(
         outcomes(&answers),
@@ -79,7 +81,9 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
     assert_eq!(detail["applied_deferred"], Value::Array(vec![]));
 
     // A later batch of the same events writes nothing.
-    let again = batch::apply(&app.pool, &credits[..3], |_| true).await;
+    let again = batch::try_batch(&app.pool, &credits[..3], |_| true)
+        .await
+        .expect("the batch commits");
     assert_eq!(outcomes(&again), [Duplicate, Duplicate, Duplicate]);
     assert_eq!(app.balance("user_b", "USD").await, Some(300));
     app.assert_consistent().await;
@@ -170,7 +174,11 @@ async fn a_failing_credit_does_not_fail_the_others_in_its_batch(pool: PgPool) {
     // This wallet cannot take another cent: its next credit overflows bigint.
     let full = [credit("evt_full", "pi_full", "user_full", i64::MAX)];
     assert_eq!(
-        outcomes(&batch::apply(&app.pool, &full, |_| true).await),
+        outcomes(
+            &batch::try_batch(&app.pool, &full, |_| true)
+                .await
+                .expect("the batch commits")
+        ),
         [Outcome::Processed]
     );
 
@@ -198,22 +206,25 @@ async fn a_failing_credit_does_not_fail_the_others_in_its_batch(pool: PgPool) {
 #[sqlx::test]
 async fn a_payment_credited_by_another_event_is_ignored_with_its_owner(pool: PgPool) {
     let app = spawn_app(pool).await;
-    // Two event ids for one PaymentIntent, in one batch, then a third later.
+    // Two event ids for one PaymentIntent, in one batch (which must not
+    // need the one-by-one fallback), then a third later.
     let credits = [
         credit("evt_p1", "pi_same", "user_p", 500),
         credit("evt_p2", "pi_same", "user_p", 500),
     ];
-    let answers = batch::apply(&app.pool, &credits, |_| true).await;
+    let answers = batch::try_batch(&app.pool, &credits, |_| true)
+        .await
+        .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Ignored]);
     let (outcome, detail) = app.event("evt_p2").await;
     assert_eq!(outcome, "ignored");
     assert_eq!(detail["owner_event_id"], "evt_p1");
 
     let later = [credit("evt_p3", "pi_same", "user_p", 500)];
-    assert_eq!(
-        outcomes(&batch::apply(&app.pool, &later, |_| true).await),
-        [Outcome::Ignored]
-    );
+    let answers = batch::try_batch(&app.pool, &later, |_| true)
+        .await
+        .expect("the batch commits");
+    assert_eq!(outcomes(&answers), [Outcome::Ignored]);
     assert_eq!(app.event("evt_p3").await.1["owner_event_id"], "evt_p1");
     assert_eq!(app.balance("user_p", "USD").await, Some(500));
     assert_eq!(app.count("outbox").await, 1);
@@ -230,7 +241,9 @@ async fn a_batched_credit_applies_the_refund_waiting_for_it(pool: PgPool) {
         credit("evt_w0", "pi_w0", "user_1", 5),
         credit("evt_w", "pi_w", "user_1", 1000),
     ];
-    let answers = batch::apply(&app.pool, &credits, |_| true).await;
+    let answers = batch::try_batch(&app.pool, &credits, |_| true)
+        .await
+        .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Processed]);
     let (_, detail) = app.event("evt_w").await;
     assert_eq!(detail["applied_deferred"], serde_json::json!(["evt_rf"]));
@@ -255,7 +268,9 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
     // its first look says "wanted", every later one "gone".
     let looks = AtomicUsize::new(0);
     let wanted = |i: usize| i != 1 || looks.fetch_add(1, Ordering::SeqCst) == 0;
-    let answers = batch::apply(&app.pool, &credits, wanted).await;
+    let answers = batch::try_batch(&app.pool, &credits, wanted)
+        .await
+        .expect("the batch commits");
     assert_eq!(answers[0].as_ref().unwrap().outcome, Outcome::Processed);
     assert!(answers[1].is_err());
     assert_eq!(answers[2].as_ref().unwrap().outcome, Outcome::Processed);
@@ -274,7 +289,11 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
     // The provider's retry applies it.
     let retry = [credit("evt_g2", "pi_g2", "user_g", 20)];
     assert_eq!(
-        outcomes(&batch::apply(&app.pool, &retry, |_| true).await),
+        outcomes(
+            &batch::try_batch(&app.pool, &retry, |_| true)
+                .await
+                .expect("the batch commits")
+        ),
         [Outcome::Processed]
     );
     assert_eq!(app.balance("user_g", "USD").await, Some(60));
@@ -305,6 +324,19 @@ async fn many_concurrent_requests_for_few_wallets_credit_each_event_once(pool: P
         answer["outcome"].as_str().unwrap().to_owned()
     }))
     .await;
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.address))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("\nwebhookd_ingest_batch_fallbacks_total 0\n"),
+        "every batch committed as one: {metrics}"
+    );
     assert_eq!(answers.iter().filter(|o| *o == "processed").count(), 60);
     assert_eq!(answers.iter().filter(|o| *o == "duplicate").count(), 120);
     for user in 0..3 {
