@@ -17,26 +17,7 @@ retained=${2:-5000000}
 require_cargo
 command -v python3 >/dev/null || die "python3 is needed to read the drill's JSON"
 
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-growth.XXXXXX")
-chmod 755 "$scratch"
-cleanup() {
-    set +e
-    if [ -n "${WEBHOOKD_PID:-}" ]; then kill "$WEBHOOKD_PID" 2>/dev/null; wait "$WEBHOOKD_PID" 2>/dev/null; fi
-    if [ -n "${db_url:-}" ]; then drop_bench_database webhookd_growth; fi
-    stop_cluster
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
-PG_BINDIR=$(pg_bindir)
-if [ -z "${DATABASE_URL:-}" ]; then
-    start_cluster "$scratch/data" max_connections=200 shared_buffers=256MB max_wal_size=4GB
-fi
-db_url=$(bench_database webhookd_growth)
-
-log "building (release)"
-SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
-binary=target/release/webhookd
-DATABASE_URL=$db_url "$binary" migrate
+bench_setup webhookd_growth max_connections=200 shared_buffers=256MB max_wal_size=4GB
 secret=whsec_bench
 start_webhookd "$binary" "$db_url" "$secret" "$scratch/server.log"
 

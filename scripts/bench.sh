@@ -23,27 +23,8 @@ seconds=${BENCH_PGBENCH_SECONDS:-15}
 require_cargo
 command -v python3 >/dev/null || die "python3 is needed to read the drill's JSON"
 
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-bench.XXXXXX")
-chmod 755 "$scratch"
-cleanup() {
-    set +e
-    if [ -n "${WEBHOOKD_PID:-}" ]; then kill "$WEBHOOKD_PID" 2>/dev/null; wait "$WEBHOOKD_PID" 2>/dev/null; fi
-    if [ -n "${db_url:-}" ]; then drop_bench_database webhookd_bench; fi
-    stop_cluster
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
-PG_BINDIR=$(pg_bindir)
+bench_setup webhookd_bench max_connections=200 shared_buffers=256MB
 [ -x "$PG_BINDIR/pgbench" ] || die "pgbench not found in $PG_BINDIR (Debian: apt-get install postgresql)"
-if [ -z "${DATABASE_URL:-}" ]; then
-    start_cluster "$scratch/data" max_connections=200 shared_buffers=256MB
-fi
-db_url=$(bench_database webhookd_bench)
-
-log "building (release)"
-SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
-binary=target/release/webhookd
-DATABASE_URL=$db_url "$binary" migrate
 
 # 1. The ceiling: the same transaction as plain statements.
 # pgbench reads `:name` as a variable even inside quotes: no colon may be

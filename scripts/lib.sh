@@ -109,6 +109,32 @@ check_database_url() {
         || die "DATABASE_URL is set but that database does not answer"
 }
 
+# bench_setup NAME [postgres -c settings...]: for a benchmark script, a
+# scratch directory ($scratch), a Postgres (DATABASE_URL's, else a throwaway
+# cluster with the settings), a fresh database NAME ($db_url), and the
+# release binary ($binary), migrated; all removed again on exit.
+bench_setup() {
+    BENCH_DB=$1; shift
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-$BENCH_DB.XXXXXX")
+    chmod 755 "$scratch"
+    trap bench_cleanup EXIT
+    PG_BINDIR=$(pg_bindir)
+    if [ -z "${DATABASE_URL:-}" ]; then start_cluster "$scratch/data" "$@"; fi
+    db_url=$(bench_database "$BENCH_DB")
+    log "building (release)"
+    SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
+    binary=target/release/webhookd
+    DATABASE_URL=$db_url "$binary" migrate
+}
+
+bench_cleanup() {
+    set +e
+    if [ -n "${WEBHOOKD_PID:-}" ]; then kill "$WEBHOOKD_PID" 2>/dev/null; wait "$WEBHOOKD_PID" 2>/dev/null; fi
+    if [ -n "${db_url:-}" ]; then drop_bench_database "$BENCH_DB"; fi
+    stop_cluster
+    rm -rf "$scratch"
+}
+
 # bench_database NAME: (re)creates database NAME on DATABASE_URL's server
 # and prints its URL. Drop it with drop_bench_database NAME.
 bench_database() {
