@@ -115,7 +115,7 @@ check_database_url() {
 # release binary ($binary), migrated; all removed again on exit.
 bench_setup() {
     BENCH_DB=$1; shift
-    scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-$BENCH_DB.XXXXXX")
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/$BENCH_DB.XXXXXX")
     chmod 755 "$scratch"
     trap bench_cleanup EXIT
     PG_BINDIR=$(pg_bindir)

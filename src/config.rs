@@ -273,8 +273,8 @@ pub struct ServeSettings {
     pub max_body_bytes: u64,
 
     /// Longest a webhook request may take before it is answered 503 (and its
-    /// transaction rolled back, or, once its batch started, left to commit:
-    /// the provider's retry then answers `duplicate`).
+    /// transaction rolled back; a batched credit is taken out of its batch
+    /// before the commit).
     #[arg(long, env = "WEBHOOKD_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "30s")]
     pub request_timeout: Duration,
 

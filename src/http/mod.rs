@@ -114,9 +114,9 @@ pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
 }
 
 /// Answers 503 (with Retry-After) when a request outlives its deadline. The
-/// handler's future is dropped, so its transaction rolls back; a credit
-/// still queued for its batch is dropped, one whose batch started may commit
-/// (the provider's retry then answers `duplicate`).
+/// handler's future is dropped, so its transaction rolls back; a batched
+/// credit is left out of its batch, which rolls back and runs again without
+/// it if it had started (`ingest::batch`).
 async fn timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
