@@ -1,6 +1,7 @@
-//! Property: a payment's, its refunds' and a subscription's event history,
-//! delivered in any order, any event any number of times, some copies at
-//! the same moment, ends in the state of the in-order history.
+//! Property: a payment's, its refunds' and a subscription's event history
+//! (Stripe's, and Razorpay's), delivered in any order, any event any number
+//! of times, some copies at the same moment, ends in the state of the
+//! in-order history.
 //!
 //! Cases are generated from a fixed seed (`PROPERTY_CASES` sets how many;
 //! `PROPERTY_SEED` picks another sequence); a failure prints the case's
@@ -11,15 +12,75 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use reqwest::StatusCode;
+use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use crate::helpers::{TestApp, charge, now, payment_intent_succeeded, spawn_app, subscription};
+use crate::helpers::{
+    RAZORPAY_SECRETS, TestApp, charge, now, payment_intent_succeeded, spawn_app, subscription,
+};
 
 const AMOUNT: i64 = 1000;
+/// Stripe's refund events carry the charge's cumulative refunded amount.
 const REFUNDS: [i64; 2] = [300, 700];
+/// Razorpay's each carry their own.
+const RAZORPAY_REFUNDS: [i64; 2] = [300, 400];
 
-/// The history of case `case`, in order: (event id, body).
-fn history(case: usize, t0: i64) -> Vec<(String, String)> {
+#[derive(Debug, Clone, Copy)]
+enum Provider {
+    Stripe,
+    Razorpay,
+}
+
+impl Provider {
+    fn name(self) -> &'static str {
+        match self {
+            Provider::Stripe => "stripe",
+            Provider::Razorpay => "razorpay",
+        }
+    }
+
+    fn currency(self) -> &'static str {
+        match self {
+            Provider::Stripe => "USD",
+            Provider::Razorpay => "INR",
+        }
+    }
+
+    /// The payment row's id: Stripe's charge, Razorpay's payment.
+    fn payment_id(self, case: usize) -> String {
+        match self {
+            Provider::Stripe => format!("ch_{case}"),
+            Provider::Razorpay => format!("pay_{case}"),
+        }
+    }
+
+    /// The history of case `case`, in order: (event id, body).
+    fn history(self, case: usize, t0: i64) -> Vec<(String, String)> {
+        match self {
+            Provider::Stripe => stripe_history(case, t0),
+            Provider::Razorpay => razorpay_history(case, t0),
+        }
+    }
+
+    async fn post(self, app: &TestApp, event_id: &str, body: &str) -> StatusCode {
+        match self {
+            Provider::Stripe => app.post_stripe(body).await.status(),
+            Provider::Razorpay => {
+                let signature =
+                    webhookd::providers::razorpay::signature(RAZORPAY_SECRETS.0, body.as_bytes());
+                let headers = [
+                    ("x-razorpay-signature".to_owned(), signature),
+                    ("x-razorpay-event-id".to_owned(), event_id.to_owned()),
+                ];
+                app.post_to("razorpay", body.as_bytes().to_vec(), &headers)
+                    .await
+                    .status()
+            }
+        }
+    }
+}
+
+fn stripe_history(case: usize, t0: i64) -> Vec<(String, String)> {
     let id = |name: &str| format!("evt_{case}_{name}");
     let (intent, charge_id, user, sub) = (
         format!("pi_{case}"),
@@ -78,6 +139,72 @@ fn history(case: usize, t0: i64) -> Vec<(String, String)> {
     events
 }
 
+/// A captured payment, two refunds of it (each debits its own amount) and
+/// a subscription's four changes, ordered by the envelope's `created_at`.
+fn razorpay_history(case: usize, t0: i64) -> Vec<(String, String)> {
+    let id = |name: &str| format!("evt_{case}_{name}");
+    let payment = format!("pay_{case}");
+    let envelope = |event: &str, payload: Value, created_at: i64| {
+        json!({
+            "entity": "event", "account_id": "acc_1", "event": event,
+            "contains": payload.as_object().map(|p| p.keys().cloned().collect::<Vec<_>>()),
+            "payload": payload, "created_at": created_at,
+        })
+        .to_string()
+    };
+    let payment_entity = |refunded: i64| {
+        json!({ "entity": {
+            "id": payment, "entity": "payment", "amount": AMOUNT, "currency": "INR",
+            "status": if refunded > 0 { "refunded" } else { "captured" },
+            "order_id": format!("order_{case}"), "amount_refunded": refunded,
+            "notes": { "user_id": format!("user_{case}") }, "created_at": t0,
+        }})
+    };
+    let mut events = vec![(
+        id("credit"),
+        envelope(
+            "payment.captured",
+            json!({ "payment": payment_entity(0) }),
+            t0,
+        ),
+    )];
+    let mut refunded = 0;
+    for (n, amount) in RAZORPAY_REFUNDS.into_iter().enumerate() {
+        refunded += amount;
+        let refund = json!({ "entity": {
+            "id": format!("rfnd_{case}_{n}"), "entity": "refund", "amount": amount,
+            "currency": "INR", "payment_id": payment, "status": "processed",
+        }});
+        events.push((
+            id(&format!("refund{n}")),
+            envelope(
+                "refund.processed",
+                json!({ "refund": refund, "payment": payment_entity(refunded) }),
+                t0 + 1 + n as i64,
+            ),
+        ));
+    }
+    for (n, status) in ["authenticated", "active", "halted", "cancelled"]
+        .into_iter()
+        .enumerate()
+    {
+        let entity = json!({ "entity": {
+            "id": format!("sub_{case}"), "entity": "subscription", "plan_id": "plan_pro",
+            "customer_id": "cust_1", "status": status, "notes": { "user_id": format!("user_{case}") },
+            "created_at": 1_700_000_000,
+        }});
+        events.push((
+            id(&format!("sub{n}")),
+            envelope(
+                &format!("subscription.{status}"),
+                json!({ "subscription": entity }),
+                t0 + 10 * (n as i64 + 1),
+            ),
+        ));
+    }
+    events
+}
+
 /// A delivery order: each event 1 to 3 times, shuffled, cut into groups
 /// whose copies are sent at the same moment.
 fn deliveries(events: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
@@ -97,21 +224,30 @@ fn deliveries(events: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> 
 
 /// Balance, payment status and refunded amount, subscription status, events
 /// recorded, events still deferred.
-async fn state(app: &TestApp, case: usize) -> (Option<i64>, String, i64, String, i64, i64) {
-    let balance = app.balance(&format!("user_{case}"), "USD").await;
+async fn state(
+    app: &TestApp,
+    provider: Provider,
+    case: usize,
+) -> (Option<i64>, String, i64, String, i64, i64) {
+    let balance = app
+        .balance(&format!("user_{case}"), provider.currency())
+        .await;
     let (status, refunded): (String, i64) = sqlx::query_as(
-        "select status, refunded_minor from payments where provider = 'stripe' and payment_id = $1",
+        "select status, refunded_minor from payments where provider = $1 and payment_id = $2",
     )
-    .bind(format!("ch_{case}"))
+    .bind(provider.name())
+    .bind(provider.payment_id(case))
     .fetch_one(&app.pool)
     .await
     .unwrap();
-    let subscription: String =
-        sqlx::query_scalar("select status from subscriptions where subscription_id = $1")
-            .bind(format!("sub_{case}"))
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let subscription: String = sqlx::query_scalar(
+        "select status from subscriptions where provider = $1 and subscription_id = $2",
+    )
+    .bind(provider.name())
+    .bind(format!("sub_{case}"))
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
     let count = |sql: &'static str| {
         let pattern = format!("evt_{case}_");
         async move {
@@ -130,7 +266,39 @@ async fn state(app: &TestApp, case: usize) -> (Option<i64>, String, i64, String,
 }
 
 #[sqlx::test]
-async fn any_order_with_copies_ends_in_the_in_order_state(pool: PgPool) {
+async fn any_order_of_a_stripe_history_with_copies_ends_in_the_in_order_state(pool: PgPool) {
+    let expected = (
+        Some(AMOUNT - REFUNDS[1]),
+        "partially_refunded".to_owned(),
+        REFUNDS[1],
+        "canceled".to_owned(),
+        8,
+        0,
+    );
+    check(pool, Provider::Stripe, expected).await;
+}
+
+#[sqlx::test]
+async fn any_order_of_a_razorpay_history_with_copies_ends_in_the_in_order_state(pool: PgPool) {
+    let refunded: i64 = RAZORPAY_REFUNDS.iter().sum();
+    let expected = (
+        Some(AMOUNT - refunded),
+        "partially_refunded".to_owned(),
+        refunded,
+        "cancelled".to_owned(),
+        7,
+        0,
+    );
+    check(pool, Provider::Razorpay, expected).await;
+}
+
+/// Delivers the in-order history once (its state must be `expected`), then
+/// each case's shuffled history with copies; each must end in that state.
+async fn check(
+    pool: PgPool,
+    provider: Provider,
+    expected: (Option<i64>, String, i64, String, i64, i64),
+) {
     let app = spawn_app(pool).await;
     let cases: usize = std::env::var("PROPERTY_CASES")
         .ok()
@@ -148,27 +316,18 @@ async fn any_order_with_copies_ends_in_the_in_order_state(pool: PgPool) {
     );
     let t0 = now() - 1000;
 
-    // The in-order history, once, as the reference.
     let reference = cases;
-    for (_, body) in history(reference, t0) {
-        assert_eq!(app.post_stripe(&body).await.status(), StatusCode::OK);
+    for (event_id, body) in provider.history(reference, t0) {
+        assert_eq!(provider.post(&app, &event_id, &body).await, StatusCode::OK);
     }
-    let expected = state(&app, reference).await;
     assert_eq!(
+        state(&app, provider, reference).await,
         expected,
-        (
-            Some(AMOUNT - REFUNDS[1]),
-            "partially_refunded".to_owned(),
-            REFUNDS[1],
-            "canceled".to_owned(),
-            8,
-            0,
-        ),
         "the in-order history"
     );
 
     for case in 0..cases {
-        let events = history(case, t0);
+        let events = provider.history(case, t0);
         let (order, groups) = deliveries(events.len())
             .new_tree(&mut runner)
             .unwrap()
@@ -181,8 +340,8 @@ async fn any_order_with_copies_ends_in_the_in_order_state(pool: PgPool) {
             let (group, tail) = rest.split_at(size.min(rest.len()));
             rest = tail;
             let statuses = join_all(group.iter().map(|&event| {
-                let (app, body) = (&app, &events[event].1);
-                async move { app.post_stripe(body).await.status() }
+                let (app, (event_id, body)) = (&app, &events[event]);
+                async move { provider.post(app, event_id, body).await }
             }))
             .await;
             assert!(
@@ -192,7 +351,7 @@ async fn any_order_with_copies_ends_in_the_in_order_state(pool: PgPool) {
         }
         let delivered: Vec<&str> = order.iter().map(|&e| events[e].0.as_str()).collect();
         assert_eq!(
-            state(&app, case).await,
+            state(&app, provider, case).await,
             expected,
             "case {case} (seed {seed}) delivered in this order: {delivered:?}"
         );
