@@ -92,14 +92,7 @@ pub enum Failure {
 
 pub fn classify(error: &sqlx::Error) -> Failure {
     match error {
-        // The connection is gone or garbled (a proxy that accepts and then
-        // closes answers the TLS probe with nothing): a new one may work.
-        sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::WorkerCrashed => Failure::Transient,
+        _ if is_connection_failure(error) => Failure::Transient,
         sqlx::Error::Database(db) => match db.code() {
             Some(code) if is_transient_sqlstate(&code) => Failure::Transient,
             _ => Failure::Permanent,
@@ -110,35 +103,39 @@ pub fn classify(error: &sqlx::Error) -> Failure {
 
 /// Whether `error` says the database cannot be reached or is going away
 /// (rather than that this transaction failed): retrying at once is futile.
+/// Always [`Failure::Transient`].
 pub fn is_connection_failure(error: &sqlx::Error) -> bool {
     match error {
+        // The connection is gone or garbled (a proxy that accepts and then
+        // closes answers the TLS probe with nothing): a new one may work.
         sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P")
-        }),
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| is_server_going_away(&code)),
         _ => false,
     }
 }
 
+/// Connection exceptions, insufficient resources, and a server shutting
+/// down or starting up.
+fn is_server_going_away(code: &str) -> bool {
+    code.starts_with("08") || code.starts_with("53") || matches!(code, "57P01" | "57P02" | "57P03")
+}
+
 /// SQLSTATEs after which a clean retry of the whole transaction can succeed.
 fn is_transient_sqlstate(code: &str) -> bool {
-    matches!(
-        code,
-        "40001" // serialization_failure
-            | "40P01" // deadlock_detected
-            | "55P03" // lock_not_available (lock_timeout)
-            | "57014" // query_canceled (statement_timeout)
-            | "57P01" // admin_shutdown
-            | "57P02" // crash_shutdown
-            | "57P03" // cannot_connect_now
-            | "25006" // read_only_sql_transaction (failover to a replica)
-    ) || code.starts_with("08") // connection_exception
-        || code.starts_with("53") // insufficient_resources (too many connections, disk full)
+    is_server_going_away(code)
+        || matches!(
+            code,
+            "40001" // serialization_failure
+                | "40P01" // deadlock_detected
+                | "55P03" // lock_not_available (lock_timeout)
+                | "57014" // query_canceled (statement_timeout)
+                | "25006" // read_only_sql_transaction (failover to a replica)
+        )
 }
 
 #[cfg(test)]
@@ -165,5 +162,11 @@ mod tests {
             Failure::Transient
         );
         assert_eq!(classify(&sqlx::Error::RowNotFound), Failure::Permanent);
+        assert!(is_connection_failure(&sqlx::Error::PoolTimedOut));
+        assert!(!is_connection_failure(&sqlx::Error::RowNotFound));
+        // A lost statement or a deadlock is worth retrying, but the database is there.
+        assert!(is_transient_sqlstate("57014") && !is_server_going_away("57014"));
+        assert!(is_transient_sqlstate("40P01") && !is_server_going_away("40P01"));
+        assert!(is_server_going_away("57P01") && is_server_going_away("08006"));
     }
 }
