@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::ingest::batch::BatchSettings;
+pub use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
 #[command(name = "webhookd", version, about, long_about = None)]
@@ -198,12 +199,6 @@ impl Role {
     pub fn drains(self) -> bool {
         matches!(self, Role::All | Role::Worker)
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Pretty,
-    Json,
 }
 
 #[derive(Debug, Clone, Args)]

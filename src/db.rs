@@ -86,6 +86,10 @@ pub enum Failure {
     /// Worth retrying as is: the database is unavailable or busy, or the
     /// transaction lost a serialization race or a deadlock.
     Transient,
+    /// The data itself is what the database refuses (a number out of range,
+    /// a value over a size limit, a check that fails): the same event fails
+    /// the same way on every retry, so retrying is futile ([`Poison::of`]).
+    Poison,
     /// Anything else: a bug or a broken invariant.
     Permanent,
 }
@@ -95,9 +99,63 @@ pub fn classify(error: &sqlx::Error) -> Failure {
         _ if is_connection_failure(error) => Failure::Transient,
         sqlx::Error::Database(db) => match db.code() {
             Some(code) if is_transient_sqlstate(&code) => Failure::Transient,
+            Some(code) if is_poison_sqlstate(&code) => Failure::Poison,
             _ => Failure::Permanent,
         },
         _ => Failure::Permanent,
+    }
+}
+
+/// Data exceptions (class 22: numeric overflow, untranslatable text, ...),
+/// program limits (class 54: an index row over the B-tree maximum, ...), and
+/// the integrity checks that depend on the values alone (not null, check).
+/// A unique violation is not among them: it can be a race a retry wins.
+fn is_poison_sqlstate(code: &str) -> bool {
+    code.starts_with("22") || code.starts_with("54") || matches!(code, "23502" | "23514")
+}
+
+/// Why the database refused an event's data, for its `rejected` detail:
+/// the SQLSTATE, its class and the constraint, never the server's message
+/// (which may quote the hostile input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Poison {
+    pub sqlstate: String,
+    pub constraint: Option<String>,
+}
+
+impl Poison {
+    /// The poison in `error`, if that is what it is ([`Failure::Poison`]).
+    pub fn of(error: &sqlx::Error) -> Option<Poison> {
+        match error {
+            sqlx::Error::Database(db) if classify(error) == Failure::Poison => Some(Poison {
+                sqlstate: db.code().map(|code| code.into_owned()).unwrap_or_default(),
+                constraint: db.constraint().map(str::to_owned),
+            }),
+            _ => None,
+        }
+    }
+
+    /// A sentence for the `rejected` reason.
+    pub fn reason(&self) -> String {
+        let what = match self.sqlstate.as_str() {
+            "22003" => "a number out of range",
+            "22001" => "a value too long for its column",
+            "22021" | "22P05" => "text the database cannot encode",
+            code if code.starts_with("22") => "a value the database refuses",
+            code if code.starts_with("54") => "a value over a database size limit",
+            "23502" => "a required value missing",
+            _ => "a value that fails a check",
+        };
+        match &self.constraint {
+            Some(constraint) => format!(
+                "the database cannot store this event: {what} (SQLSTATE {}, constraint {constraint})",
+                self.sqlstate
+            ),
+            None => format!(
+                "the database cannot store this event: {what} (SQLSTATE {})",
+                self.sqlstate
+            ),
+        }
     }
 }
 
@@ -155,6 +213,19 @@ mod tests {
     }
 
     #[test]
+    fn data_the_database_refuses_is_poison_and_a_race_is_not() {
+        for code in ["22003", "22021", "22P05", "54000", "23514", "23502"] {
+            assert!(
+                is_poison_sqlstate(code) && !is_transient_sqlstate(code),
+                "{code}"
+            );
+        }
+        for code in ["23505", "40001", "57014", "42P01", "08006"] {
+            assert!(!is_poison_sqlstate(code), "{code}");
+        }
+    }
+
+    #[test]
     fn pool_timeouts_are_transient() {
         assert_eq!(classify(&sqlx::Error::PoolTimedOut), Failure::Transient);
         assert_eq!(
@@ -162,6 +233,7 @@ mod tests {
             Failure::Transient
         );
         assert_eq!(classify(&sqlx::Error::RowNotFound), Failure::Permanent);
+        assert_eq!(Poison::of(&sqlx::Error::RowNotFound), None);
         assert!(is_connection_failure(&sqlx::Error::PoolTimedOut));
         assert!(!is_connection_failure(&sqlx::Error::RowNotFound));
         // A lost statement or a deadlock is worth retrying, but the database is there.

@@ -40,7 +40,8 @@ impl From<Arc<sqlx::Error>> for ApiError {
     fn from(error: Arc<sqlx::Error>) -> Self {
         match db::classify(&error) {
             Failure::Transient => ApiError::Unavailable(error),
-            Failure::Permanent => ApiError::Unexpected(error.into()),
+            // Poison is recorded `rejected` by ingest: here only when that failed too.
+            Failure::Poison | Failure::Permanent => ApiError::Unexpected(error.into()),
         }
     }
 }

@@ -128,7 +128,9 @@ pub async fn find(
 }
 
 /// What was already debited against a credit: in all, and for the refund
-/// entries whose `source_ref` starts with `ref_prefix` (one charge's).
+/// entries of one charge (`of_charge`): those keyed exactly
+/// `{charge}:{digits}`, never by a prefix (charge `ch_1` owns `ch_1:500`,
+/// not `ch_1:5:500`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refunded {
     pub total_minor: i64,
@@ -139,19 +141,21 @@ pub async fn refunded(
     conn: &mut PgConnection,
     provider: &str,
     parent_ref: &str,
-    ref_prefix: &str,
+    of_charge: Option<&str>,
 ) -> Result<Refunded, sqlx::Error> {
     let row = sqlx::query!(
         r#"
         select coalesce(-sum(amount_minor), 0)::bigint as "total!",
-               coalesce(-sum(amount_minor) filter (where starts_with(source_ref, $3)), 0)::bigint
-                   as "matching!"
+               coalesce(-sum(amount_minor) filter (
+                   where left(source_ref, length($3::text) + 1) = $3::text || ':'
+                     and substr(source_ref, length($3::text) + 2) ~ '^[0-9]+$'
+               ), 0)::bigint as "matching!"
         from wallet_entries
         where provider = $1 and kind = 'refund' and parent_ref = $2
         "#,
         provider,
         parent_ref,
-        ref_prefix
+        of_charge
     )
     .fetch_one(conn)
     .await?;

@@ -19,20 +19,35 @@ pub struct Payment<'a> {
     pub created: Option<i64>,
 }
 
-/// Records the payment, merging with what is stored. `receipt_event_id` is the
-/// event that announces the payment itself; the first one to do so keeps it.
-/// Returns the event that owns the receipt, if any.
+/// What [`upsert`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// Inserted or merged. `receipt_owner`: the event that announced the
+    /// payment itself, if any did.
+    Recorded { receipt_owner: Option<String> },
+    /// The stored payment has another amount or currency: nothing changed.
+    Differs,
+}
+
+/// The `rejected` reason of an event whose payment [`Recorded::Differs`].
+pub const DIFFERS: &str = "the payment was recorded with another amount or currency";
+
+/// Records the payment, merging with what is stored: `refunded_minor` only
+/// grows (never past the amount) and the status only moves forward. A
+/// payment whose amount or currency differs from the stored one changes
+/// nothing ([`Recorded::Differs`]). `receipt_event_id` is the event that
+/// announces the payment itself; the first one to do so keeps it.
 pub async fn upsert(
     conn: &mut PgConnection,
     payment: &Payment<'_>,
     receipt_event_id: Option<&str>,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!(
+) -> Result<Recorded, sqlx::Error> {
+    let merged = sqlx::query!(
         r#"
         insert into payments as p
             (provider, payment_id, payment_ref, user_id, amount_minor, currency, status,
              refunded_minor, provider_created_at, event_id)
-        values ($1, $2, $3, $4, $5, $6, $7, $8, to_timestamp($9::bigint), $10)
+        values ($1, $2, $3, $4, $5::bigint, $6, $7, least($8::bigint, $5::bigint), to_timestamp($9::bigint), $10)
         on conflict (provider, payment_id) do update set
             payment_ref = coalesce(p.payment_ref, excluded.payment_ref),
             user_id = coalesce(p.user_id, excluded.user_id),
@@ -43,6 +58,7 @@ pub async fn upsert(
             provider_created_at = coalesce(p.provider_created_at, excluded.provider_created_at),
             event_id = coalesce(p.event_id, excluded.event_id),
             updated_at = now()
+        where p.amount_minor = excluded.amount_minor and p.currency = excluded.currency
         returning event_id
         "#,
         payment.provider,
@@ -56,6 +72,12 @@ pub async fn upsert(
         payment.created,
         receipt_event_id,
     )
-    .fetch_one(conn)
-    .await
+    .fetch_optional(conn)
+    .await?;
+    Ok(match merged {
+        Some(row) => Recorded::Recorded {
+            receipt_owner: row.event_id,
+        },
+        None => Recorded::Differs,
+    })
 }

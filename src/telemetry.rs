@@ -1,11 +1,18 @@
 //! Structured logs: JSON in containers, pretty in a terminal; `RUST_LOG`
-//! overrides the default filter.
+//! overrides the default filter. Text from the network reaches a log line
+//! only through [`bounded`].
+
+use std::borrow::Cow;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
-
 const DEFAULT_FILTER: &str = "info,sqlx=warn";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
 
 pub fn init(format: LogFormat) {
     let filter =
@@ -21,4 +28,38 @@ pub fn init(format: LogFormat) {
     };
     // Already initialised (tests): keep the first subscriber.
     let _ = result;
+}
+
+/// Most bytes of one network-supplied field (a path, a header value) that a
+/// log line carries.
+pub const MAX_LOGGED_BYTES: usize = 256;
+
+/// `text` as a log field: at most [`MAX_LOGGED_BYTES`] (cut at a character
+/// boundary), then `…(N bytes)` giving the full length when it was cut.
+pub fn bounded(text: &str) -> Cow<'_, str> {
+    if text.len() <= MAX_LOGGED_BYTES {
+        return Cow::Borrowed(text);
+    }
+    let mut end = MAX_LOGGED_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…({} bytes)", &text[..end], text.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_fields_are_cut_and_marked_short_ones_kept() {
+        assert_eq!(bounded("/webhooks/stripe"), "/webhooks/stripe");
+        let long = format!("/webhooks/{}", "A".repeat(30_000));
+        let logged = bounded(&long);
+        assert!(logged.len() < MAX_LOGGED_BYTES + 20, "{}", logged.len());
+        assert!(logged.ends_with("…(30010 bytes)"), "{logged}");
+        // Never inside a character.
+        let wide = "é".repeat(200);
+        assert!(bounded(&wide).starts_with(&"é".repeat(128)));
+    }
 }

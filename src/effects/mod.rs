@@ -1,4 +1,4 @@
-//! Which event does what: the effects tables of DESIGN.md, one module per
+//! Which event does what (the README's effects tables), one module per
 //! provider. Effects run inside the ingest transaction and take
 //! `&mut PgConnection`; they never open, commit or roll back a transaction.
 
@@ -14,10 +14,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use crate::events;
 use crate::outbox;
 use crate::providers::{self, Kind, VerifiedEvent};
 use crate::subscriptions::{self, Subscription, Upserted};
+use crate::{db, events};
 
 /// What became of one delivery. Stored in `processed_events.outcome` and
 /// answered in the response body.
@@ -150,7 +150,7 @@ pub(crate) fn apply_waiting<'a>(
                 payload,
             );
             let mut result = match waiting {
-                Ok(waiting) => apply(conn, &waiting).await?,
+                Ok(waiting) => apply_isolated(conn, &waiting).await?,
                 Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
             };
             if let Value::Object(detail) = &mut result.detail {
@@ -168,6 +168,29 @@ pub(crate) fn apply_waiting<'a>(
         }
         Ok(applied)
     })
+}
+
+/// Applies a waiting event inside a savepoint: data the database refuses
+/// ([`db::Poison`]) rejects that event alone, never the one that brought
+/// its dependency.
+async fn apply_isolated(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+) -> Result<Applied, sqlx::Error> {
+    let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
+    match apply(&mut savepoint, event).await {
+        Ok(applied) => {
+            savepoint.commit().await?;
+            Ok(applied)
+        }
+        Err(error) => match db::Poison::of(&error) {
+            Some(poison) => {
+                savepoint.rollback().await?;
+                Ok(Applied::rejected(poison.reason()))
+            }
+            None => Err(error),
+        },
+    }
 }
 
 /// The guarded subscription upsert, ordered by the event's own time, and its
@@ -227,9 +250,46 @@ fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
-/// A usable identifier (an owner's user id) at `pointer`.
-fn owner_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
-    str_at(object, pointer).filter(|id| providers::is_identifier(id))
+/// Why an event can never be applied: the reason its `rejected` detail gives.
+pub(crate) type Reason = String;
+
+/// The identifier (an id, a status, a plan) at `pointer`: `None` when absent,
+/// null or empty; refused when it is anything but an identifier (at most
+/// [`providers::MAX_ID_LEN`] printable ASCII characters, so no NUL or other
+/// control character), never rewritten.
+fn ident_at<'a>(object: &'a Value, pointer: &str, what: &str) -> Result<Option<&'a str>, Reason> {
+    match object.pointer(pointer) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) if providers::is_identifier(s) => Ok(Some(s)),
+        Some(_) => Err(not_an_identifier(what)),
+    }
+}
+
+fn not_an_identifier(what: &str) -> Reason {
+    format!(
+        "{what} is not an identifier (1 to {} printable ASCII characters)",
+        providers::MAX_ID_LEN
+    )
+}
+
+/// The identifier at `pointer`, which must be there: `missing` says so.
+fn required_ident<'a>(
+    object: &'a Value,
+    pointer: &str,
+    what: &str,
+    missing: &str,
+) -> Result<&'a str, Reason> {
+    ident_at(object, pointer, what)?.ok_or_else(|| missing.to_owned())
+}
+
+/// The wallet owner's user id at `pointer`, if any ([`ident_at`]).
+fn owner_at<'a>(object: &'a Value, pointer: &str) -> Result<Option<&'a str>, Reason> {
+    ident_at(
+        object,
+        pointer,
+        pointer.trim_start_matches('/').replace('/', ".").as_str(),
+    )
 }
 
 /// A Unix time at `pointer`, if it is one Postgres can store.
@@ -241,12 +301,18 @@ fn unix_at(object: &Value, pointer: &str) -> Option<i64> {
 }
 
 /// An expandable reference: the id string, or the expanded object's `id`.
-fn id_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
-    match object.pointer(pointer)? {
-        Value::String(id) if !id.is_empty() => Some(id),
-        expanded @ Value::Object(_) => str_at(expanded, "/id"),
-        _ => None,
+fn id_at<'a>(object: &'a Value, pointer: &str, what: &str) -> Result<Option<&'a str>, Reason> {
+    match object.pointer(pointer) {
+        Some(expanded @ Value::Object(_)) => ident_at(expanded, "/id", what),
+        _ => ident_at(object, pointer, what),
     }
+}
+
+/// The ISO 4217 currency at `pointer`, upper-cased; `what` names the object.
+fn currency_at(object: &Value, pointer: &str, what: &str) -> Result<&'static str, Reason> {
+    str_at(object, pointer)
+        .and_then(currency)
+        .ok_or_else(|| format!("{what} has no ISO 4217 currency with a minor unit"))
 }
 
 /// `refunded` or `partially_refunded` once anything was refunded.
@@ -258,10 +324,16 @@ fn refund_status(amount_minor: i64, refunded_minor: i64) -> Option<&'static str>
     }
 }
 
-/// An ISO 4217 code, upper-cased (`usd` -> `USD`).
-pub fn currency(raw: &str) -> Option<String> {
-    (raw.len() == 3 && raw.bytes().all(|b| b.is_ascii_alphabetic()))
-        .then(|| raw.to_ascii_uppercase())
+/// An ISO 4217 code, in any case, as the upper-case code (`usd` -> `USD`).
+/// Only currencies with a minor unit: amounts are integers in it, so the
+/// funds and metals (`XAU`, `XDR`) and `XXX`/`XTS` are refused.
+pub fn currency(raw: &str) -> Option<&'static str> {
+    if raw.len() != 3 || !raw.is_ascii() {
+        return None;
+    }
+    iso_currency::Currency::from_code(&raw.to_ascii_uppercase())
+        .filter(|currency| currency.exponent().is_some())
+        .map(|currency| currency.code())
 }
 
 #[cfg(test)]
@@ -269,28 +341,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn currencies_are_upper_cased_and_validated() {
-        assert_eq!(currency("usd").as_deref(), Some("USD"));
-        assert_eq!(currency("INR").as_deref(), Some("INR"));
-        assert_eq!(currency("us"), None);
-        assert_eq!(currency("usd1"), None);
-        assert_eq!(currency("u$d"), None);
+    fn currencies_are_upper_cased_and_checked_against_iso_4217() {
+        assert_eq!(currency("usd"), Some("USD"));
+        assert_eq!(currency("INR"), Some("INR"));
+        assert_eq!(currency("jpy"), Some("JPY"));
+        for refused in [
+            "us", "usd1", "u$d", "zzz", "ZZZ", "xxx", "XAU", "xts", "üsd",
+        ] {
+            assert_eq!(currency(refused), None, "{refused}");
+        }
     }
 
     #[test]
     fn owners_must_be_identifiers_and_notes_may_be_an_empty_array() {
         assert_eq!(
             owner_at(&json!({"notes": {"user_id": "u1"}}), "/notes/user_id"),
-            Some("u1")
+            Ok(Some("u1"))
         );
-        assert_eq!(owner_at(&json!({"notes": []}), "/notes/user_id"), None);
-        assert_eq!(
-            owner_at(&json!({"notes": {"user_id": "u 1"}}), "/notes/user_id"),
-            None
-        );
-        assert_eq!(
-            owner_at(&json!({"notes": {"user_id": 7}}), "/notes/user_id"),
-            None
-        );
+        assert_eq!(owner_at(&json!({"notes": []}), "/notes/user_id"), Ok(None));
+        for refused in [
+            json!("u 1"),
+            json!("u\u{0}1"),
+            json!(7),
+            json!("x".repeat(256)),
+        ] {
+            let object = json!({"notes": {"user_id": refused}});
+            assert_eq!(
+                owner_at(&object, "/notes/user_id").unwrap_err(),
+                "notes.user_id is not an identifier (1 to 255 printable ASCII characters)"
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::Applied;
+use super::{Applied, Reason};
 use crate::ledger::{self, Entry, EntryKind, NewEntry, Posted};
 use crate::providers::VerifiedEvent;
 use crate::{db, events, outbox};
@@ -95,18 +95,37 @@ pub(super) async fn credit(
     })))
 }
 
-/// The credit of payment `source_ref`, or `None` after parking `event` until
-/// it exists. Call with the credit's lock held ([`lock_credit`]).
+/// What a refund finds of the credit it debits.
+pub(super) enum Found {
+    Credit(Entry),
+    /// Not credited yet: the refund waits for it.
+    Deferred,
+    /// Credited in another currency: the refund can never apply.
+    Mismatch(Reason),
+}
+
+/// The credit of payment `source_ref`, provided it is in `currency`; when
+/// there is none yet, parks `event` until it exists. Call with the credit's
+/// lock held ([`lock_credit`]).
 pub(super) async fn credit_or_defer(
     conn: &mut PgConnection,
     event: &VerifiedEvent,
     source_ref: &str,
-) -> Result<Option<Entry>, sqlx::Error> {
-    let credit = ledger::find(conn, event.provider(), EntryKind::Credit, source_ref).await?;
-    if credit.is_none() {
-        events::defer(conn, event.provider(), event.event_id(), source_ref).await?;
-    }
-    Ok(credit)
+    currency: &str,
+) -> Result<Found, sqlx::Error> {
+    Ok(
+        match ledger::find(conn, event.provider(), EntryKind::Credit, source_ref).await? {
+            Some(credit) if credit.currency != currency => Found::Mismatch(format!(
+                "the refund is in {currency} but its payment was credited in {}",
+                credit.currency
+            )),
+            Some(credit) => Found::Credit(credit),
+            None => {
+                events::defer(conn, event.provider(), event.event_id(), source_ref).await?;
+                Found::Deferred
+            }
+        },
+    )
 }
 
 /// A debit of `amount_minor` (positive) against `credit`.

@@ -1,4 +1,4 @@
-//! Razorpay's effects (DESIGN.md). The wallet owner is `notes.user_id` on the
+//! Razorpay's effects (the README's "Razorpay" section). The wallet owner is `notes.user_id` on the
 //! payment entity (`notes` may be an empty array); amounts are in paise (the
 //! currency's minor unit).
 //!
@@ -16,10 +16,10 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::money::{self, Credit, Debit};
-use super::{Applied, currency, owner_at, str_at, unix_at};
+use super::money::{self, Credit, Debit, Found};
+use super::{Applied, Reason, currency_at, ident_at, owner_at, required_ident, unix_at};
 use crate::ledger::{self, EntryKind};
-use crate::payments::{self, Payment};
+use crate::payments::{self, Payment, Recorded};
 use crate::providers::VerifiedEvent;
 use crate::subscriptions::Subscription;
 
@@ -48,10 +48,14 @@ async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Appl
     }
     // The credit's lock before the payment row, as refunds take them.
     money::lock_credit(conn, PROVIDER, payment.id).await?;
-    payments::upsert(conn, &payment.row(), Some(event.event_id())).await?;
+    if let Recorded::Differs =
+        payments::upsert(conn, &payment.row(), Some(event.event_id())).await?
+    {
+        return Ok(Applied::rejected(payments::DIFFERS));
+    }
     let credit = Credit {
         user_id,
-        currency: &payment.currency,
+        currency: payment.currency,
         amount_minor: payment.amount_minor,
         source_ref: payment.id,
         context: json!({ "payment_id": payment.id, "order_id": payment.order_id }),
@@ -64,54 +68,56 @@ async fn failed(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
         Ok(payment) => payment,
         Err(reason) => return Ok(Applied::rejected(reason)),
     };
-    payments::upsert(conn, &payment.row(), None).await?;
-    Ok(Applied::processed(json!({ "payment_id": payment.id })))
+    Ok(match payments::upsert(conn, &payment.row(), None).await? {
+        Recorded::Recorded { .. } => Applied::processed(json!({ "payment_id": payment.id })),
+        Recorded::Differs => Applied::rejected(payments::DIFFERS),
+    })
 }
 
 /// Debits one refund (its own amount, never more than is left of the
-/// credit), once per `rfnd_...`; deferred until the payment is credited.
+/// credit), once per `rfnd_...`; deferred until the payment is credited. A
+/// refund larger than its payment, in another currency than its credit's,
+/// or carrying another payment's entity is rejected before anything is
+/// written: a refund only touches the payment it refunds.
 async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
-    let object = event.object();
-    let (Some(refund_id), Some(payment_id)) = (
-        str_at(object, "/refund/entity/id"),
-        str_at(object, "/refund/entity/payment_id"),
-    ) else {
-        return Ok(Applied::rejected("refund has no id or payment_id"));
+    let refund = match Refund::parse(event.object()) {
+        Ok(refund) => refund,
+        Err(reason) => return Ok(Applied::rejected(reason)),
     };
-    let Some(amount_minor) = object
-        .pointer("/refund/entity/amount")
-        .and_then(Value::as_i64)
-        .filter(|amount| *amount > 0)
-    else {
-        return Ok(Applied::rejected("refund has no positive integer amount"));
-    };
-    // The payment entity usually rides along; keep its refunded state.
-    let payment = RazorpayPayment::parse(object).ok();
-
-    money::lock_credit(conn, PROVIDER, payment_id).await?;
-    if let Some(payment) = &payment {
-        payments::upsert(conn, &payment.row(), None).await?;
+    money::lock_credit(conn, PROVIDER, refund.payment_id).await?;
+    let credit =
+        match money::credit_or_defer(conn, event, refund.payment_id, refund.currency).await? {
+            Found::Credit(credit) => credit,
+            Found::Deferred => return Ok(Applied::deferred(refund.payment_id)),
+            Found::Mismatch(reason) => return Ok(Applied::rejected(reason)),
+        };
+    if refund.amount_minor > credit.amount_minor {
+        return Ok(Applied::rejected("the refund is larger than its payment"));
     }
-    let Some(credit) = money::credit_or_defer(conn, event, payment_id).await? else {
-        return Ok(Applied::deferred(payment_id));
-    };
-    if let Some(owner) = ledger::find(conn, PROVIDER, EntryKind::Refund, refund_id).await? {
+    if let Some(payment) = &refund.payment
+        && let Recorded::Differs = payments::upsert(conn, &payment.row(), None).await?
+    {
+        return Ok(Applied::rejected(payments::DIFFERS));
+    }
+    if let Some(owner) = ledger::find(conn, PROVIDER, EntryKind::Refund, refund.id).await? {
         return Ok(Applied::owned_by(
             "this refund was already debited",
             &owner.event_id,
         ));
     }
-    let refunded = ledger::refunded(conn, PROVIDER, payment_id, "").await?;
-    let amount_minor = amount_minor.min(credit.amount_minor - refunded.total_minor);
+    let refunded = ledger::refunded(conn, PROVIDER, refund.payment_id, None).await?;
+    let amount_minor = refund
+        .amount_minor
+        .min(credit.amount_minor - refunded.total_minor);
     if amount_minor <= 0 {
         return Ok(Applied::ignored("the credit is already fully refunded"));
     }
     let debit = Debit {
         credit: &credit,
-        parent_ref: payment_id,
-        source_ref: refund_id,
+        parent_ref: refund.payment_id,
+        source_ref: refund.id,
         amount_minor,
-        context: json!({ "payment_id": payment_id, "refund_id": refund_id }),
+        context: json!({ "payment_id": refund.payment_id, "refund_id": refund.id }),
     };
     money::debit(conn, event, debit).await
 }
@@ -120,44 +126,98 @@ async fn subscription(
     conn: &mut PgConnection,
     event: &VerifiedEvent,
 ) -> Result<Applied, sqlx::Error> {
-    let Some(entity) = event.object().pointer("/subscription/entity") else {
-        return Ok(Applied::rejected("no subscription entity"));
-    };
-    let (Some(subscription_id), Some(status)) = (str_at(entity, "/id"), str_at(entity, "/status"))
-    else {
-        return Ok(Applied::rejected("subscription has no id or status"));
-    };
-    let next = Subscription {
-        provider: PROVIDER.to_owned(),
-        subscription_id: subscription_id.to_owned(),
-        customer_id: str_at(entity, "/customer_id").map(str::to_owned),
-        user_id: owner_at(entity, "/notes/user_id").map(str::to_owned),
-        status: status.to_owned(),
-        plan_id: str_at(entity, "/plan_id").map(str::to_owned),
-        current_period_end: unix_at(entity, "/current_end"),
-    };
-    // Ordered by the envelope's created_at, never the entity's own.
-    super::apply_subscription(conn, event, next).await
+    match parse_subscription(event.object()) {
+        // Ordered by the envelope's created_at, never the entity's own.
+        Ok(next) => super::apply_subscription(conn, event, next).await,
+        Err(reason) => Ok(Applied::rejected(reason)),
+    }
 }
 
-/// The payment entity of a Razorpay event, validated.
+fn parse_subscription(payload: &Value) -> Result<Subscription, Reason> {
+    let entity = payload
+        .pointer("/subscription/entity")
+        .ok_or("no subscription entity")?;
+    let missing = "subscription has no id or status";
+    Ok(Subscription {
+        provider: PROVIDER.to_owned(),
+        subscription_id: required_ident(entity, "/id", "subscription id", missing)?.to_owned(),
+        customer_id: ident_at(entity, "/customer_id", "subscription customer_id")?
+            .map(str::to_owned),
+        user_id: owner_at(entity, "/notes/user_id")?.map(str::to_owned),
+        status: required_ident(entity, "/status", "subscription status", missing)?.to_owned(),
+        plan_id: ident_at(entity, "/plan_id", "subscription plan_id")?.map(str::to_owned),
+        current_period_end: unix_at(entity, "/current_end"),
+    })
+}
+
+/// A `refund.processed` refund entity, validated, with the payment entity
+/// that rides along (which must be the refunded payment's).
+struct Refund<'a> {
+    id: &'a str,
+    payment_id: &'a str,
+    amount_minor: i64,
+    currency: &'static str,
+    payment: Option<RazorpayPayment<'a>>,
+}
+
+impl<'a> Refund<'a> {
+    fn parse(payload: &'a Value) -> Result<Self, Reason> {
+        let entity = payload
+            .pointer("/refund/entity")
+            .ok_or("refund has no id or payment_id")?;
+        let missing = "refund has no id or payment_id";
+        let id = required_ident(entity, "/id", "refund id", missing)?;
+        let payment_id = required_ident(entity, "/payment_id", "refund payment_id", missing)?;
+        let amount_minor = entity
+            .get("amount")
+            .and_then(Value::as_i64)
+            .filter(|amount| *amount > 0)
+            .ok_or("refund has no positive integer amount")?;
+        let currency = currency_at(entity, "/currency", "refund")?;
+        let payment = match payload.pointer("/payment/entity") {
+            Some(_) => Some(RazorpayPayment::parse(payload)?),
+            None => None,
+        };
+        if let Some(payment) = &payment {
+            if payment.id != payment_id {
+                return Err("the refund carries another payment's entity".into());
+            }
+            if payment.currency != currency {
+                return Err("the refund's currency differs from its payment's".into());
+            }
+            if amount_minor > payment.amount_minor {
+                return Err("the refund is larger than its payment".into());
+            }
+        }
+        Ok(Refund {
+            id,
+            payment_id,
+            amount_minor,
+            currency,
+            payment,
+        })
+    }
+}
+
+/// The payment entity of a Razorpay event, validated: its refunded amount
+/// never exceeds its amount.
 struct RazorpayPayment<'a> {
     id: &'a str,
     order_id: Option<&'a str>,
     user_id: Option<&'a str>,
     amount_minor: i64,
     refunded_minor: i64,
-    currency: String,
+    currency: &'static str,
     status: &'a str,
     created: Option<i64>,
 }
 
 impl<'a> RazorpayPayment<'a> {
-    fn parse(payload: &'a Value) -> Result<Self, &'static str> {
+    fn parse(payload: &'a Value) -> Result<Self, Reason> {
         let entity = payload
             .pointer("/payment/entity")
             .ok_or("no payment entity")?;
-        let id = str_at(entity, "/id").ok_or("payment has no id")?;
+        let id = required_ident(entity, "/id", "payment id", "payment has no id")?;
         let amount_minor = entity
             .get("amount")
             .and_then(Value::as_i64)
@@ -168,19 +228,20 @@ impl<'a> RazorpayPayment<'a> {
             .and_then(Value::as_i64)
             .filter(|amount| *amount >= 0)
             .unwrap_or(0);
-        let currency = str_at(entity, "/currency")
-            .and_then(currency)
-            .ok_or("payment has no three-letter currency")?;
-        let status = super::refund_status(amount_minor, refunded_minor)
-            .or_else(|| str_at(entity, "/status"))
-            .unwrap_or("captured");
+        if refunded_minor > amount_minor {
+            return Err("payment has an amount_refunded larger than its amount".into());
+        }
+        let status = match super::refund_status(amount_minor, refunded_minor) {
+            Some(status) => status,
+            None => ident_at(entity, "/status", "payment status")?.unwrap_or("captured"),
+        };
         Ok(RazorpayPayment {
             id,
-            order_id: str_at(entity, "/order_id"),
-            user_id: owner_at(entity, "/notes/user_id"),
+            order_id: ident_at(entity, "/order_id", "payment order_id")?,
+            user_id: owner_at(entity, "/notes/user_id")?,
             amount_minor,
             refunded_minor,
-            currency,
+            currency: currency_at(entity, "/currency", "payment")?,
             status,
             created: unix_at(entity, "/created_at"),
         })
@@ -193,7 +254,7 @@ impl<'a> RazorpayPayment<'a> {
             payment_ref: self.order_id,
             user_id: self.user_id,
             amount_minor: self.amount_minor,
-            currency: &self.currency,
+            currency: self.currency,
             status: self.status,
             refunded_minor: self.refunded_minor,
             created: self.created,

@@ -1,4 +1,4 @@
-//! Stripe's effects (DESIGN.md, "Default effects"). The wallet owner is
+//! Stripe's effects (the README's "What each Stripe event does"). The wallet owner is
 //! `metadata.user_id` on the event's object.
 //!
 //! | event type | effect |
@@ -12,11 +12,14 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::money::{self, Credit, Debit, PlainCredit};
-use super::{Applied, Outcome, currency, id_at, owner_at, str_at, unix_at};
+use super::money::{self, Credit, Debit, Found, PlainCredit};
+use super::{
+    Applied, Outcome, Reason, currency_at, id_at, ident_at, owner_at, required_ident, str_at,
+    unix_at,
+};
 use crate::ledger::{self, EntryKind};
 use crate::outbox;
-use crate::payments::{self, Payment};
+use crate::payments::{self, Payment, Recorded};
 use crate::providers::VerifiedEvent;
 use crate::subscriptions::Subscription;
 
@@ -64,7 +67,10 @@ async fn record_charge(
         Ok(charge) => charge,
         Err(reason) => return Ok(Applied::rejected(reason)),
     };
-    let owner = payments::upsert(conn, &charge.payment(), Some(event.event_id())).await?;
+    let owner = match payments::upsert(conn, &charge.payment(), Some(event.event_id())).await? {
+        Recorded::Recorded { receipt_owner } => receipt_owner,
+        Recorded::Differs => return Ok(Applied::rejected(payments::DIFFERS)),
+    };
     if let Some(owner) = owner.as_deref().filter(|owner| *owner != event.event_id()) {
         return Ok(Applied::owned_by("this charge was already recorded", owner));
     }
@@ -104,7 +110,9 @@ async fn record_charge(
 /// Debits the wallet credited for the charge's PaymentIntent by
 /// `amount_refunded` minus what was already debited for this charge (never
 /// negative, never more than what is left of the credit). Deferred until
-/// that credit exists.
+/// that credit exists. A refund in another currency than its credit's, or
+/// of a charge recorded with another amount or currency, is rejected before
+/// anything is written.
 async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
     let charge = match Charge::parse(event.object()) {
         Ok(charge) => charge,
@@ -123,19 +131,22 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
     // The credit's lock first, always: a credit applying deferred refunds
     // takes it before the payment row too, so the two cannot deadlock.
     money::lock_credit(conn, PROVIDER, payment_intent).await?;
-    payments::upsert(conn, &charge.payment(), None).await?;
-    let Some(credit) = money::credit_or_defer(conn, event, payment_intent).await? else {
-        return Ok(Applied::deferred(payment_intent));
+    let credit = match money::credit_or_defer(conn, event, payment_intent, charge.currency).await? {
+        Found::Credit(credit) => credit,
+        Found::Deferred => return Ok(Applied::deferred(payment_intent)),
+        Found::Mismatch(reason) => return Ok(Applied::rejected(reason)),
     };
-    let source_ref = format!("{}:{}", charge.id, charge.amount_refunded_minor);
+    if let Recorded::Differs = payments::upsert(conn, &charge.payment(), None).await? {
+        return Ok(Applied::rejected(payments::DIFFERS));
+    }
+    let source_ref = refund_key(charge.id, charge.amount_refunded_minor);
     if let Some(owner) = ledger::find(conn, PROVIDER, EntryKind::Refund, &source_ref).await? {
         return Ok(Applied::owned_by(
             "this refund was already debited",
             &owner.event_id,
         ));
     }
-    let refunded =
-        ledger::refunded(conn, PROVIDER, payment_intent, &format!("{}:", charge.id)).await?;
+    let refunded = ledger::refunded(conn, PROVIDER, payment_intent, Some(charge.id)).await?;
     let outstanding = charge.amount_refunded_minor - refunded.matching_minor;
     if outstanding <= 0 {
         return Ok(Applied::superseded(json!({
@@ -157,26 +168,33 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
     money::debit(conn, event, debit).await
 }
 
+/// The natural key of a charge's refunds: `{charge id}:{amount_refunded}`
+/// (cumulative, so each larger total is a new entry for the difference).
+/// [`ledger::refunded`] matches exactly this shape, never a prefix.
+fn refund_key(charge: &str, amount_refunded_minor: i64) -> String {
+    format!("{charge}:{amount_refunded_minor}")
+}
+
 async fn invoice_paid(
     conn: &mut PgConnection,
     event: &VerifiedEvent,
 ) -> Result<Applied, sqlx::Error> {
-    let object = event.object();
-    let Some(invoice_id) = str_at(object, "/id") else {
-        return Ok(Applied::rejected("invoice has no id"));
+    let invoice = match Invoice::parse(event.object()) {
+        Ok(invoice) => invoice,
+        Err(reason) => return Ok(Applied::rejected(reason)),
     };
     let payload = json!({
-        "invoice_id": invoice_id,
-        "customer_id": id_at(object, "/customer"),
-        "subscription_id": id_at(object, "/subscription"),
-        "user_id": str_at(object, "/metadata/user_id"),
-        "amount_paid_minor": object.pointer("/amount_paid").and_then(Value::as_i64),
-        "currency": str_at(object, "/currency").and_then(currency),
+        "invoice_id": invoice.id,
+        "customer_id": invoice.customer_id,
+        "subscription_id": invoice.subscription_id,
+        "user_id": invoice.user_id,
+        "amount_paid_minor": invoice.amount_paid_minor,
+        "currency": invoice.currency,
     });
     match outbox::enqueue(conn, "invoice.paid", PROVIDER, event.event_id(), &payload).await? {
         Some(outbox_id) => Ok(Applied::processed(json!({ "outbox_id": outbox_id }))),
         None => {
-            let owner = outbox::store::invoice_paid_owner(conn, PROVIDER, invoice_id).await?;
+            let owner = outbox::store::invoice_paid_owner(conn, PROVIDER, invoice.id).await?;
             Ok(Applied::owned_by(
                 "this invoice was already announced",
                 owner.as_deref().unwrap_or("unknown"),
@@ -189,25 +207,55 @@ async fn subscription(
     conn: &mut PgConnection,
     event: &VerifiedEvent,
 ) -> Result<Applied, sqlx::Error> {
-    let object = event.object();
-    let (Some(subscription_id), Some(status)) = (str_at(object, "/id"), str_at(object, "/status"))
-    else {
-        return Ok(Applied::rejected("subscription has no id or status"));
-    };
-    let next = Subscription {
+    match parse_subscription(event.object()) {
+        Ok(next) => super::apply_subscription(conn, event, next).await,
+        Err(reason) => Ok(Applied::rejected(reason)),
+    }
+}
+
+fn parse_subscription(object: &Value) -> Result<Subscription, Reason> {
+    let missing = "subscription has no id or status";
+    Ok(Subscription {
         provider: PROVIDER.to_owned(),
-        subscription_id: subscription_id.to_owned(),
-        customer_id: id_at(object, "/customer").map(str::to_owned),
-        user_id: owner_at(object, "/metadata/user_id").map(str::to_owned),
-        status: status.to_owned(),
-        plan_id: str_at(object, "/items/data/0/price/id")
-            .or_else(|| str_at(object, "/plan/id"))
-            .map(str::to_owned),
+        subscription_id: required_ident(object, "/id", "subscription id", missing)?.to_owned(),
+        customer_id: id_at(object, "/customer", "subscription customer")?.map(str::to_owned),
+        user_id: owner_at(object, "/metadata/user_id")?.map(str::to_owned),
+        status: required_ident(object, "/status", "subscription status", missing)?.to_owned(),
+        plan_id: match ident_at(object, "/items/data/0/price/id", "subscription price id")? {
+            Some(price) => Some(price),
+            None => ident_at(object, "/plan/id", "subscription plan id")?,
+        }
+        .map(str::to_owned),
         // Newer API versions keep the period on the subscription item.
         current_period_end: unix_at(object, "/current_period_end")
             .or_else(|| unix_at(object, "/items/data/0/current_period_end")),
-    };
-    super::apply_subscription(conn, event, next).await
+    })
+}
+
+/// An `invoice.paid` object, validated.
+struct Invoice<'a> {
+    id: &'a str,
+    customer_id: Option<&'a str>,
+    subscription_id: Option<&'a str>,
+    user_id: Option<&'a str>,
+    amount_paid_minor: Option<i64>,
+    currency: Option<&'static str>,
+}
+
+impl<'a> Invoice<'a> {
+    fn parse(object: &'a Value) -> Result<Self, Reason> {
+        Ok(Invoice {
+            id: required_ident(object, "/id", "invoice id", "invoice has no id")?,
+            customer_id: id_at(object, "/customer", "invoice customer")?,
+            subscription_id: id_at(object, "/subscription", "invoice subscription")?,
+            user_id: owner_at(object, "/metadata/user_id")?,
+            amount_paid_minor: object.pointer("/amount_paid").and_then(Value::as_i64),
+            currency: match str_at(object, "/currency") {
+                Some(_) => Some(currency_at(object, "/currency", "invoice")?),
+                None => None,
+            },
+        })
+    }
 }
 
 /// A `payment_intent.succeeded` object, validated.
@@ -215,13 +263,18 @@ struct PaymentIntent<'a> {
     id: &'a str,
     user_id: &'a str,
     amount_minor: i64,
-    currency: String,
+    currency: &'static str,
 }
 
 impl<'a> PaymentIntent<'a> {
-    fn parse(object: &'a Value) -> Result<Self, &'static str> {
-        let id = str_at(object, "/id").ok_or("payment intent has no id")?;
-        let user_id = owner_at(object, "/metadata/user_id")
+    fn parse(object: &'a Value) -> Result<Self, Reason> {
+        let id = required_ident(
+            object,
+            "/id",
+            "payment intent id",
+            "payment intent has no id",
+        )?;
+        let user_id = owner_at(object, "/metadata/user_id")?
             .ok_or("payment intent has no metadata.user_id")?;
         let amount_minor = object
             .get("amount_received")
@@ -230,21 +283,18 @@ impl<'a> PaymentIntent<'a> {
             .and_then(Value::as_i64)
             .filter(|amount| *amount > 0)
             .ok_or("payment intent has no positive integer amount_received or amount")?;
-        let currency = str_at(object, "/currency")
-            .and_then(currency)
-            .ok_or("payment intent has no three-letter currency")?;
         Ok(PaymentIntent {
             id,
             user_id,
             amount_minor,
-            currency,
+            currency: currency_at(object, "/currency", "payment intent")?,
         })
     }
 
     fn credit(&self) -> Credit<'_> {
         Credit {
             user_id: self.user_id,
-            currency: &self.currency,
+            currency: self.currency,
             amount_minor: self.amount_minor,
             source_ref: self.id,
             context: json!({ "payment_intent": self.id }),
@@ -252,21 +302,22 @@ impl<'a> PaymentIntent<'a> {
     }
 }
 
-/// A charge object (`charge.succeeded`, `charge.refunded`), validated.
+/// A charge object (`charge.succeeded`, `charge.refunded`), validated: its
+/// refunded amount never exceeds its amount.
 struct Charge<'a> {
     id: &'a str,
     payment_intent: Option<&'a str>,
     user_id: Option<&'a str>,
     amount_minor: i64,
     amount_refunded_minor: i64,
-    currency: String,
+    currency: &'static str,
     status: &'static str,
     created: Option<i64>,
 }
 
 impl<'a> Charge<'a> {
-    fn parse(object: &'a Value) -> Result<Self, &'static str> {
-        let id = str_at(object, "/id").ok_or("charge has no id")?;
+    fn parse(object: &'a Value) -> Result<Self, Reason> {
+        let id = required_ident(object, "/id", "charge id", "charge has no id")?;
         let amount_minor = object
             .get("amount")
             .and_then(Value::as_i64)
@@ -279,9 +330,9 @@ impl<'a> Charge<'a> {
                 .filter(|amount| *amount >= 0)
                 .ok_or("charge has a malformed amount_refunded")?,
         };
-        let currency = str_at(object, "/currency")
-            .and_then(currency)
-            .ok_or("charge has no three-letter currency")?;
+        if amount_refunded_minor > amount_minor {
+            return Err("charge has an amount_refunded larger than its amount".into());
+        }
         let status = super::refund_status(amount_minor, amount_refunded_minor).unwrap_or(
             match str_at(object, "/status") {
                 Some("pending") => "pending",
@@ -291,11 +342,11 @@ impl<'a> Charge<'a> {
         );
         Ok(Charge {
             id,
-            payment_intent: id_at(object, "/payment_intent"),
-            user_id: owner_at(object, "/metadata/user_id"),
+            payment_intent: id_at(object, "/payment_intent", "charge payment_intent")?,
+            user_id: owner_at(object, "/metadata/user_id")?,
             amount_minor,
             amount_refunded_minor,
-            currency,
+            currency: currency_at(object, "/currency", "charge")?,
             status,
             created: unix_at(object, "/created"),
         })
@@ -308,7 +359,7 @@ impl<'a> Charge<'a> {
             payment_ref: self.payment_intent,
             user_id: self.user_id,
             amount_minor: self.amount_minor,
-            currency: &self.currency,
+            currency: self.currency,
             status: self.status,
             refunded_minor: self.amount_refunded_minor,
             created: self.created,
@@ -325,10 +376,7 @@ mod tests {
         let object = json!({"id": "pi_1", "amount": 500, "amount_received": 400,
                             "currency": "usd", "metadata": {"user_id": "u1"}});
         let intent = PaymentIntent::parse(&object).unwrap();
-        assert_eq!(
-            (intent.amount_minor, intent.currency.as_str()),
-            (400, "USD")
-        );
+        assert_eq!((intent.amount_minor, intent.currency), (400, "USD"));
         let object =
             json!({"id": "pi_1", "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}});
         assert_eq!(PaymentIntent::parse(&object).unwrap().amount_minor, 500);
@@ -345,6 +393,9 @@ mod tests {
             json!({"id": "pi_1", "amount": "500", "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!({"id": "pi_1", "amount": -5, "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!({"id": "pi_1", "amount": 500, "currency": "dollars", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi_1", "amount": 500, "currency": "zzz", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi\u{0}1", "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi_".repeat(100), "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!({"amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!("not an object"),
         ] {

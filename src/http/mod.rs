@@ -27,6 +27,7 @@ use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::ingest::Ingestor;
 use crate::providers::Providers;
+use crate::telemetry;
 use metrics::Metrics;
 
 /// What every handler shares. Cheap to clone.
@@ -74,6 +75,8 @@ pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
         ))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+                // A client may send its own x-request-id: bounded like
+                // every other field from the network.
                 let request_id = request
                     .headers()
                     .get("x-request-id")
@@ -81,9 +84,9 @@ pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
                     .unwrap_or_default();
                 tracing::info_span!(
                     "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    request_id,
+                    method = %telemetry::bounded(request.method().as_str()),
+                    path = %telemetry::bounded(request.uri().path()),
+                    request_id = %telemetry::bounded(request_id),
                 )
             }),
         )

@@ -5,12 +5,13 @@
 pub mod batch;
 
 use serde::Serialize;
+use serde_json::json;
 use sqlx::PgPool;
 
 use crate::effects::{self, Outcome};
 use crate::error::ApiError;
-use crate::events;
 use crate::providers::VerifiedEvent;
+use crate::{db, events};
 use batch::{BatchSettings, Batcher};
 
 /// Applies verified events: plain credits (the hot path) through the group
@@ -50,7 +51,23 @@ pub struct Receipt {
 }
 
 /// Applies one event in its own transaction.
+///
+/// Data the database refuses (a poison message, [`db::Poison`]) would fail
+/// the same way on every retry, and the provider would retry it for days:
+/// the event is then recorded `rejected` with the reason instead, in a
+/// transaction of its own, so that its retry is a `duplicate`. Transient
+/// failures stay errors (answered 503, retried).
 pub async fn ingest(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sqlx::Error> {
+    match apply_once(pool, event).await {
+        Err(error) => match db::Poison::of(&error) {
+            Some(poison) => reject(pool, event, &poison).await,
+            None => Err(error),
+        },
+        applied => applied,
+    }
+}
+
+async fn apply_once(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sqlx::Error> {
     let mut tx = pool.begin().await?;
     if !events::claim(&mut tx, event).await? {
         // Seen before (or just committed by a concurrent copy): nothing new.
@@ -68,6 +85,35 @@ pub async fn ingest(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sql
     .await?;
     tx.commit().await?;
     Ok(receipt(applied.outcome, event))
+}
+
+/// Records `event` as `rejected` for `poison`, without effects.
+async fn reject(
+    pool: &PgPool,
+    event: &VerifiedEvent,
+    poison: &db::Poison,
+) -> Result<Receipt, sqlx::Error> {
+    tracing::warn!(
+        sqlstate = %poison.sqlstate,
+        constraint = poison.constraint.as_deref(),
+        "the database refuses this event's data: recorded as rejected"
+    );
+    let mut tx = pool.begin().await?;
+    if !events::claim(&mut tx, event).await? {
+        tx.rollback().await?;
+        return Ok(receipt(Outcome::Duplicate, event));
+    }
+    let detail = json!({ "reason": poison.reason(), "sqlstate": poison.sqlstate });
+    events::record_outcome(
+        &mut tx,
+        event.provider(),
+        event.event_id(),
+        Outcome::Rejected,
+        &detail,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(receipt(Outcome::Rejected, event))
 }
 
 fn receipt(outcome: Outcome, event: &VerifiedEvent) -> Receipt {

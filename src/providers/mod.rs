@@ -85,8 +85,10 @@ impl VerifiedEvent {
         &self.raw
     }
 
-    /// The payload to keep for audit and replay: the verified bytes, except
-    /// that NUL characters (which Postgres `jsonb` cannot hold) become U+FFFD.
+    /// The payload to keep for audit and replay: the verified bytes, unless
+    /// Postgres `jsonb` cannot hold them as sent (a NUL character, a number
+    /// `numeric` cannot hold); then serde_json's reading of them, with each
+    /// NUL replaced by U+FFFD ([`normalised`]).
     pub fn stored_payload(&self) -> Result<&str, std::str::Utf8Error> {
         match &self.stored {
             Some(stored) => Ok(stored),
@@ -211,13 +213,18 @@ pub(crate) fn source_event(
         (None, Some(Value::String(kind))) if is_identifier(kind) => kind.clone(),
         (None, _) => UNKNOWN_TYPE.to_owned(),
     };
+    // The object is what the outbox forwards: stored, so NUL-free.
+    let mut object = Value::Object(json.fields);
+    if json.stored.is_some() {
+        scrub(&mut object);
+    }
     Ok(VerifiedEvent {
         provider: provider.clone(),
         kind: Kind::Source,
         event_id,
         event_type,
         created,
-        object: Value::Object(json.fields),
+        object,
         raw: body.clone(),
         stored: json.stored,
     })
@@ -380,26 +387,104 @@ pub(crate) fn parse_timestamp(value: &str) -> Option<i64> {
 /// A verified body parsed as a JSON object, with what to store for it.
 pub(crate) struct JsonBody {
     pub fields: Map<String, Value>,
+    /// `None`: the raw body is stored as it is.
     pub stored: Option<String>,
 }
 
 /// Parses a verified body: it must be one JSON object (UTF-8 and escapes are
-/// checked); NUL characters are replaced for storage.
+/// checked). The fields are exactly what was sent (a NUL stays a NUL, so
+/// that an id carrying one is refused, never rewritten); what is stored is
+/// the raw body when Postgres `jsonb` can hold it, else [`normalised`].
 pub(crate) fn parse_object(body: &[u8]) -> Result<JsonBody, SignatureError> {
-    let mut value: Value = serde_json::from_slice(body)
+    let value: Value = serde_json::from_slice(body)
         .map_err(|_| SignatureError::InvalidPayload("body is not valid JSON"))?;
-    let stored = scrub_nul(body, &mut value).then(|| value.to_string());
+    let stored = (!storable_as_is(body)).then(|| normalised(&value));
     match value {
         Value::Object(fields) => Ok(JsonBody { fields, stored }),
         _ => Err(SignatureError::InvalidPayload("expected a JSON object")),
     }
 }
 
+/// What is stored for a body `jsonb` cannot hold as sent: serde_json's
+/// reading of it, written back (numbers as the `f64` it read, which `jsonb`
+/// always holds), with each NUL character replaced by U+FFFD.
+pub(crate) fn normalised(value: &Value) -> String {
+    let mut copy = value.clone();
+    scrub(&mut copy);
+    copy.to_string()
+}
+
+/// Whether Postgres `jsonb` holds this (valid JSON) text as it is: no NUL
+/// escape (`\u0000`) in any string, and no number with more digits or a
+/// larger exponent than `numeric` takes (131,072 digits before the point,
+/// 16,383 after; kept well inside both).
+fn storable_as_is(raw: &[u8]) -> bool {
+    let mut i = 0;
+    let mut in_string = false;
+    while i < raw.len() {
+        let byte = raw[i];
+        if in_string {
+            match byte {
+                b'\\' if raw[i + 1..].starts_with(b"u0000") => return false,
+                // Skip the escaped character (a quote or a backslash among them).
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+        } else if byte == b'"' {
+            in_string = true;
+            i += 1;
+        } else if byte == b'-' || byte.is_ascii_digit() {
+            let start = i;
+            while i < raw.len() && matches!(raw[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+            {
+                i += 1;
+            }
+            if !numeric_holds(&raw[start..i]) {
+                return false;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    true
+}
+
+/// Whether a JSON number fits Postgres `numeric` with room to spare.
+fn numeric_holds(number: &[u8]) -> bool {
+    const MOST_INTEGER_DIGITS: i64 = 100_000;
+    const MOST_FRACTION_DIGITS: i64 = 10_000;
+    let (mantissa, exponent) = match number.iter().position(|b| matches!(b, b'e' | b'E')) {
+        Some(at) => (&number[..at], &number[at + 1..]),
+        None => (number, &b""[..]),
+    };
+    let exponent = match std::str::from_utf8(exponent)
+        .ok()
+        .map(|e| e.trim_start_matches('+'))
+    {
+        Some("") => 0,
+        // Anything longer than six digits is out of range either way.
+        Some(e) if e.trim_start_matches(['-', '0']).len() <= 6 => {
+            e.parse::<i64>().unwrap_or(i64::MAX)
+        }
+        _ => return false,
+    };
+    let (integer, fraction) = match mantissa.iter().position(|&b| b == b'.') {
+        Some(at) => (&mantissa[..at], &mantissa[at + 1..]),
+        None => (mantissa, &b""[..]),
+    };
+    let integer_digits = integer.iter().filter(|b| b.is_ascii_digit()).count() as i64;
+    let fraction_digits = fraction.len() as i64;
+    integer_digits + exponent.max(0) <= MOST_INTEGER_DIGITS
+        && fraction_digits - exponent.min(0) <= MOST_FRACTION_DIGITS
+}
+
 /// The type recorded for a verified event that names none usable.
 pub const UNKNOWN_TYPE: &str = "unknown";
 
 /// Longest event id or type we accept; the providers' own are far shorter.
-const MAX_ID_LEN: usize = 255;
+pub const MAX_ID_LEN: usize = 255;
 
 /// Non-empty, bounded, printable ASCII: safe as a key and in a log line.
 pub fn is_identifier(s: &str) -> bool {
@@ -412,16 +497,8 @@ pub fn is_unix_time(t: i64) -> bool {
     (0..=253_402_300_799).contains(&t)
 }
 
-/// Replaces the NUL characters in `value` (parsed from `raw`) with U+FFFD,
-/// since Postgres `jsonb` cannot store them. Returns whether anything changed.
-fn scrub_nul(raw: &[u8], value: &mut Value) -> bool {
-    // JSON can only carry NUL as the escape `\u0000`: skip the walk without it.
-    if !raw.windows(6).any(|w| w == br"\u0000") {
-        return false;
-    }
-    scrub(value)
-}
-
+/// Replaces the NUL characters in `value` with U+FFFD, since Postgres
+/// `jsonb` cannot store them. Returns whether anything changed.
 fn scrub(value: &mut Value) -> bool {
     match value {
         Value::String(s) if s.contains('\0') => {

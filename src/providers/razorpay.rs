@@ -2,7 +2,7 @@
 //! under a webhook secret. Razorpay signs no timestamp and its event id
 //! travels only in `x-razorpay-event-id`, which the signature does not cover:
 //! a replayed body under a fresh id verifies, so money is protected by the
-//! effects' natural keys (DESIGN.md). Without the header the event id is
+//! effects' natural keys (`effects::razorpay`). Without the header the event id is
 //! `{event}:{id of the first entity in contains}:{created_at}`.
 
 use std::sync::Arc;
