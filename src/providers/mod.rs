@@ -541,6 +541,36 @@ mod tests {
     }
 
     #[test]
+    fn what_jsonb_cannot_hold_is_stored_normalised_and_the_rest_as_sent() {
+        for sent in [
+            r#"{"a":1,"b":-2.5e10,"c":"x\\u0000","d":"\"1e99999\"","e":1E+300}"#,
+            r#"{"amount":9223372036854775807,"n":0.5,"e":1e-9999}"#,
+        ] {
+            let parsed = parse_object(sent.as_bytes()).unwrap();
+            assert!(parsed.stored.is_none(), "{sent}");
+        }
+        let fraction = format!(r#"{{"f":0.{}1}}"#, "0".repeat(17_000));
+        for sent in [
+            r#"{"junk":1e-20000}"#,
+            r#"{"junk":[1,{"x":-1.5e-17000}]}"#,
+            r#"{"id":"pi_\u0000"}"#,
+            r#"{"\u0000":1}"#,
+            fraction.as_str(),
+        ] {
+            let parsed = parse_object(sent.as_bytes()).unwrap();
+            let stored = parsed.stored.expect(sent);
+            assert!(
+                !stored.contains("\\u0000") && !stored.contains("e-20000"),
+                "{stored}"
+            );
+        }
+        // The fields keep the NUL: an id that carries one is refused, not rewritten.
+        let parsed = parse_object(br#"{"id":"pi_\u0000"}"#).unwrap();
+        assert_eq!(parsed.fields["id"], "pi_\u{0}");
+        assert_eq!(parsed.stored.as_deref(), Some("{\"id\":\"pi_\u{FFFD}\"}"));
+    }
+
+    #[test]
     fn encodings_are_strict() {
         assert!(lower_hex_32(&"ab".repeat(32)).is_some());
         assert!(lower_hex_32(&"AB".repeat(32)).is_none());

@@ -1,3 +1,4 @@
+mod arbitrary;
 mod batch;
 mod fuzz;
 mod helpers;
@@ -6,6 +7,7 @@ mod ingest;
 mod lifecycle;
 mod operations;
 mod outbox;
+mod poison;
 mod properties;
 mod razorpay;
 mod schemes;
