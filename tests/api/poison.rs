@@ -538,3 +538,37 @@ async fn a_razorpay_refund_only_touches_the_payment_it_refunds(pool: PgPool) {
     assert_eq!(app.balance("user_r", "INR").await, Some(8000));
     app.assert_consistent().await;
 }
+
+#[sqlx::test]
+async fn a_waiting_refund_the_database_refuses_is_rejected_alone_and_its_credit_applies(
+    pool: PgPool,
+) {
+    let app = spawn_app(pool).await;
+    // A check only this refund's entry fails: data the database refuses.
+    sqlx::query(
+        "alter table wallet_entries add constraint refuses_one_refund check (source_ref <> 'rfnd_poison')",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let refund = razorpay_envelope(
+        "refund.processed",
+        json!({ "refund": razorpay_refund("rfnd_poison", "pay_w", 100, "INR") }),
+    );
+    assert_eq!(app.razorpay_twice(&refund, "evt_wait").await, "deferred");
+    let captured = razorpay_envelope(
+        "payment.captured",
+        json!({ "payment": razorpay_payment("pay_w", 700, "INR") }),
+    );
+    assert_eq!(
+        app.razorpay_twice(&captured, "evt_credit").await,
+        "processed"
+    );
+    let (_, detail) = app.event_of("razorpay", "evt_credit").await;
+    assert_eq!(detail["applied_deferred"], json!(["evt_wait"]));
+    let reason = app.rejection("razorpay", "evt_wait").await;
+    assert!(reason.contains("SQLSTATE 23514"), "{reason}");
+    assert_eq!(app.balance("user_r", "INR").await, Some(700));
+    assert_eq!(app.count("deferred_events").await, 0);
+    app.assert_consistent().await;
+}
