@@ -11,6 +11,9 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::ingest::batch::BatchSettings;
 pub use crate::telemetry::LogFormat;
 
+mod connections;
+pub use connections::ConnectionSettings;
+
 #[derive(Debug, Parser)]
 #[command(name = "webhookd", version, about, long_about = None)]
 pub struct Cli {
@@ -295,6 +298,9 @@ pub struct ServeSettings {
     #[arg(long, env = "WEBHOOKD_BATCH_CONCURRENCY", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub batch_concurrency: u32,
+
+    #[command(flatten)]
+    pub connections: ConnectionSettings,
 
     #[command(flatten)]
     pub outbox: OutboxSettings,

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::config::ServeSettings;
 use crate::http::metrics::Metrics;
+use crate::http::serve::{self, ConnectionLimits};
 use crate::http::{self, AppState, Limits};
 use crate::ingest::Ingestor;
 use crate::outbox::retry::RetryPolicy;
@@ -25,6 +26,7 @@ use crate::sinks::log::LogSink;
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
+    connections: ConnectionLimits,
     shutdown: CancellationToken,
     grace: Duration,
 }
@@ -56,12 +58,14 @@ impl Application {
             max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
             request_timeout: settings.request_timeout,
         };
+        let connections = connection_limits(settings, &state.pool);
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         Ok(Application {
             listener,
             router: http::router(state, limits, settings.role.serves_webhooks()),
+            connections,
             shutdown,
             grace: settings.shutdown_grace,
         })
@@ -77,20 +81,45 @@ impl Application {
     /// lets in-flight requests finish, for at most the grace period.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         tracing::info!(address = %self.local_addr(), "listening");
-        let shutdown = self.shutdown.clone();
-        let server = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-        let grace_expired = async {
-            shutdown.cancelled().await;
-            tokio::time::sleep(self.grace).await;
-        };
-        tokio::select! {
-            served = server => served.context("server failed"),
-            () = grace_expired => {
-                tracing::warn!(grace = ?self.grace, "in-flight requests outlived the shutdown grace period");
-                Ok(())
-            }
-        }
+        serve::serve(
+            self.listener,
+            self.router,
+            self.connections,
+            self.shutdown,
+            self.grace,
+        )
+        .await;
+        Ok(())
+    }
+}
+
+/// The connection limits from the settings, with the connection cap held
+/// below the open-file limit (raised to its hard limit first), less the
+/// files the pool, the drainer's sink and the process itself need.
+fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> ConnectionLimits {
+    let configured = &settings.connections;
+    let open_files = serve::raise_open_file_limit();
+    let mut reserved = serve::RESERVED_FILES + u64::from(pool.options().get_max_connections());
+    if settings.role.drains() {
+        reserved += settings.outbox.outbox_concurrency as u64;
+    }
+    let max_connections =
+        serve::effective_max_connections(configured.max_connections, open_files, reserved);
+    if max_connections < configured.max_connections {
+        tracing::warn!(
+            configured = configured.max_connections,
+            effective = max_connections,
+            open_files,
+            reserved,
+            "WEBHOOKD_MAX_CONNECTIONS held below the open-file limit"
+        );
+    } else {
+        tracing::info!(max_connections, open_files, reserved, "connection limit");
+    }
+    ConnectionLimits {
+        header_read_timeout: configured.header_read_timeout,
+        max_header_bytes: usize::try_from(configured.max_header_bytes).unwrap_or(usize::MAX),
+        max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod health;
 pub mod metrics;
+pub mod serve;
 pub mod webhooks;
 
 use std::sync::Arc;

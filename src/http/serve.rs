@@ -1,0 +1,242 @@
+//! The accept loop: HTTP/1.1 connections served by hyper with a deadline
+//! on every request head, a bound on its size, and a cap on how many
+//! connections are open at once.
+
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How long the loop waits after an accept error (say, out of descriptors)
+/// before it accepts again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A repeated warning (accept errors, refused connections) is logged at
+/// most this often, with how many happened since.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Files the process holds besides client connections and the pooled
+/// database connections: the listener, the drainer's LISTEN connection,
+/// log output, resolver and TLS files.
+pub const RESERVED_FILES: u64 = 64;
+
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Deadline for a request head, counted from when hyper starts waiting
+    /// for it (after each response too: the idle keep-alive timeout).
+    pub header_read_timeout: Duration,
+    /// Largest request head; larger ones get 431. Also the read buffer's cap.
+    pub max_header_bytes: usize,
+    /// Most connections open at once (already held below the file limit).
+    pub max_connections: usize,
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled; then stops
+/// accepting, asks every open connection to close once its request in
+/// flight is answered, and waits for them for at most `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+    grace: Duration,
+) {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_header_size(limits.max_header_bytes)
+        // hyper's smallest allowed buffer is 8 KiB.
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = TaskTracker::new();
+    let mut accept_errors = Throttle::new(WARN_EVERY);
+    let mut refusals = Throttle::new(WARN_EVERY);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            // The client gave up before we accepted: nothing to do.
+            Err(error) if is_connection_error(&error) => continue,
+            Err(error) => {
+                if let Some(errors) = accept_errors.tick(Instant::now()) {
+                    tracing::error!(%error, errors, "cannot accept connections; retrying");
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                }
+            }
+        };
+        // Full: close the new connection at once rather than queue it, so
+        // that those already open are served and clients retry.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Some(refused) = refusals.tick(Instant::now()) {
+                tracing::warn!(
+                    refused,
+                    max_connections = limits.max_connections,
+                    "connection limit reached: closing new connections"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        let connection = http.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        );
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let mut connection = pin!(connection);
+            let served = tokio::select! {
+                served = connection.as_mut() => served,
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            // Timeouts, oversized heads, clients hanging up: routine.
+            if let Err(error) = served {
+                tracing::debug!(%error, "connection closed");
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    if tokio::time::timeout(grace, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "in-flight requests outlived the shutdown grace period"
+        );
+    }
+}
+
+/// Errors of one connection, not of the listener.
+fn is_connection_error(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Says when to log a repeated event: its first occurrence, then at most
+/// once per interval.
+struct Throttle {
+    every: Duration,
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl Throttle {
+    fn new(every: Duration) -> Self {
+        Throttle {
+            every,
+            last: None,
+            unlogged: 0,
+        }
+    }
+
+    /// Counts one event at `now`; when it is time to log, returns how many
+    /// happened since the last log, this one included.
+    fn tick(&mut self, now: Instant) -> Option<u64> {
+        self.unlogged += 1;
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < self.every)
+        {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, logging both, and
+/// returns the soft limit in force (`None` if it cannot be read). Not being
+/// allowed to raise it is only a warning.
+pub fn raise_open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only to the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        let error = io::Error::last_os_error();
+        tracing::warn!(%error, "cannot read the open-file limit");
+        return None;
+    }
+    let (soft, hard): (u64, u64) = (limit.rlim_cur, limit.rlim_max);
+    if soft >= hard {
+        tracing::info!(soft, hard, "open-file limit already at its hard limit");
+        return Some(soft);
+    }
+    let raised = libc::rlimit {
+        rlim_cur: limit.rlim_max,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit only reads the struct it is given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        let error = io::Error::last_os_error();
+        tracing::warn!(%error, soft, hard, "cannot raise the open-file limit; keeping it");
+        return Some(soft);
+    }
+    tracing::info!(
+        old_soft = soft,
+        new_soft = hard,
+        hard,
+        "raised the open-file limit"
+    );
+    Some(hard)
+}
+
+/// The connection cap in force: the configured one, held below the
+/// open-file limit less `reserved` descriptors (at least one connection).
+pub fn effective_max_connections(configured: u64, open_files: Option<u64>, reserved: u64) -> u64 {
+    match open_files {
+        Some(limit) => configured.min(limit.saturating_sub(reserved)).max(1),
+        None => configured,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_stays_below_the_file_limit_and_never_grows() {
+        assert_eq!(effective_max_connections(4096, Some(1024), 80), 944);
+        assert_eq!(effective_max_connections(4, Some(1024), 80), 4);
+        assert_eq!(effective_max_connections(4096, Some(1 << 20), 80), 4096);
+        assert_eq!(effective_max_connections(4096, None, 80), 4096);
+        assert_eq!(effective_max_connections(4096, Some(50), 80), 1);
+    }
+
+    #[test]
+    fn a_repeated_warning_is_logged_first_then_once_per_interval() {
+        let start = Instant::now();
+        let mut throttle = Throttle::new(Duration::from_secs(10));
+        assert_eq!(throttle.tick(start), Some(1));
+        assert_eq!(throttle.tick(start + Duration::from_secs(1)), None);
+        assert_eq!(throttle.tick(start + Duration::from_secs(2)), None);
+        assert_eq!(throttle.tick(start + Duration::from_secs(10)), Some(3));
+        assert_eq!(throttle.tick(start + Duration::from_secs(11)), None);
+    }
+}
