@@ -8,6 +8,7 @@ use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::db::MIGRATOR;
 use webhookd::providers::stripe::signature_header;
+use webhookd::telemetry;
 
 use crate::helpers::{SECRET, now, payment_intent_succeeded};
 
@@ -44,6 +45,24 @@ struct Server {
     child: Child,
     base: String,
     client: reqwest::Client,
+    /// Read as the server writes them, so a full pipe never blocks it.
+    logs: Vec<std::thread::JoinHandle<String>>,
+}
+
+/// A test that fails midway leaves no server running.
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut logs = Vec::new();
+        let _ = pipe.read_to_end(&mut logs);
+        String::from_utf8_lossy(&logs).into_owned()
+    })
 }
 
 impl Server {
@@ -53,7 +72,7 @@ impl Server {
 
     async fn start_with(database_url: &str, env: &[(&str, &str)]) -> Server {
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
             .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
@@ -63,10 +82,15 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let logs = vec![
+            read_all(child.stdout.take().unwrap()),
+            read_all(child.stderr.take().unwrap()),
+        ];
         let server = Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
             client: reqwest::Client::new(),
+            logs,
         };
         // Wait (bounded) until it answers: start-up, not a correctness sleep.
         for _ in 0..400 {
@@ -109,19 +133,10 @@ impl Server {
     async fn wait(mut self) -> (ExitStatus, String) {
         tokio::task::spawn_blocking(move || {
             let status = self.child.wait().unwrap();
-            let mut logs = String::new();
-            self.child
-                .stdout
-                .take()
-                .unwrap()
-                .read_to_string(&mut logs)
-                .unwrap();
-            self.child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut logs)
-                .unwrap();
+            let logs = std::mem::take(&mut self.logs)
+                .into_iter()
+                .map(|l| l.join().unwrap())
+                .collect();
             (status, logs)
         })
         .await
@@ -339,5 +354,56 @@ async fn sigterm_mid_request_finishes_it_commits_and_exits_cleanly_and_no_secret
         .chain([("DATABASE_URL", "db_password_that_must_not_leak")].iter())
     {
         assert!(!logs.contains(secret), "{name} reached the logs");
+    }
+}
+
+#[sqlx::test]
+async fn no_field_from_the_network_reaches_a_log_line_unbounded(pool: PgPool) {
+    let server = Server::start_with(&database_url(&pool), &[("RUST_LOG", "debug")]).await;
+    let long = |c: &str| c.repeat(30_000);
+    // A path, a request id and a method of 30,000 characters each.
+    let path = server
+        .client
+        .post(format!("{}/webhooks/{}", server.base, long("A")))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(path.status(), StatusCode::NOT_FOUND);
+    let request_id = server
+        .client
+        .get(format!("{}/healthz", server.base))
+        .header("x-request-id", long("B"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(request_id.status(), StatusCode::OK);
+    let method = reqwest::Method::from_bytes(long("C").as_bytes()).unwrap();
+    let method = server
+        .client
+        .request(method, format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(method.status().is_client_error(), "{}", method.status());
+    // And a signed event whose long id is refused by the effects.
+    let event = payment_intent_succeeded("evt_long", &format!("pi_{}", long("D")), "user_1", 1);
+    let rejected: serde_json::Value = server.post(event).await.unwrap().json().await.unwrap();
+    assert_eq!(rejected["outcome"], "rejected");
+
+    server.signal("-TERM");
+    let (status, logs) = server.wait().await;
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        logs.contains("…(30010 bytes)"),
+        "the path is logged, cut:\n{logs}"
+    );
+    for c in ["A", "B", "C", "D"] {
+        let run = c.repeat(telemetry::MAX_LOGGED_BYTES + 1);
+        assert!(
+            logs.lines().all(|line| !line.contains(&run)),
+            "more than {} {c}s reached one log line",
+            telemetry::MAX_LOGGED_BYTES
+        );
     }
 }
