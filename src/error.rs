@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::db::{self, Failure};
 use crate::providers::SignatureError;
+use crate::telemetry;
 
 /// Seconds a provider is asked to wait before retrying after a 503.
 pub const RETRY_AFTER_SECS: u32 = 5;
@@ -68,7 +69,11 @@ impl IntoResponse for ApiError {
             _ => self.to_string(),
         };
         if status.is_server_error() {
-            tracing::error!(error = ?anyhow::Error::from(self), "request failed");
+            let cause = format!("{:#}", anyhow::Error::from(self));
+            tracing::error!(
+                error = %telemetry::bounded_to(&cause, telemetry::MAX_LOGGED_ERROR_BYTES),
+                "request failed"
+            );
         } else {
             tracing::info!(error = %message, "request refused");
         }

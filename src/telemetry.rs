@@ -34,13 +34,22 @@ pub fn init(format: LogFormat) {
 /// log line carries.
 pub const MAX_LOGGED_BYTES: usize = 256;
 
+/// Most bytes of an error's cause chain in a log line: a database error's
+/// message may quote the value it refused.
+pub const MAX_LOGGED_ERROR_BYTES: usize = 2048;
+
 /// `text` as a log field: at most [`MAX_LOGGED_BYTES`] (cut at a character
 /// boundary), then `…(N bytes)` giving the full length when it was cut.
 pub fn bounded(text: &str) -> Cow<'_, str> {
-    if text.len() <= MAX_LOGGED_BYTES {
+    bounded_to(text, MAX_LOGGED_BYTES)
+}
+
+/// `text` cut to at most `limit` bytes, marked as [`bounded`] marks it.
+pub fn bounded_to(text: &str, limit: usize) -> Cow<'_, str> {
+    if text.len() <= limit {
         return Cow::Borrowed(text);
     }
-    let mut end = MAX_LOGGED_BYTES;
+    let mut end = limit;
     while !text.is_char_boundary(end) {
         end -= 1;
     }

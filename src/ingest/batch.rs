@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use super::Receipt;
 use crate::effects::{self, Outcome, PlainCredit};
 use crate::providers::VerifiedEvent;
-use crate::{db, events, outbox};
+use crate::{db, events, outbox, telemetry};
 
 /// How a batch's transaction begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -211,7 +211,7 @@ fn worth_one_by_one(error: &sqlx::Error, events: usize) -> bool {
         return false;
     }
     tracing::warn!(
-        error = ?error,
+        error = %telemetry::bounded_to(&error.to_string(), telemetry::MAX_LOGGED_ERROR_BYTES),
         events,
         "a batch failed: applying its events one by one"
     );
