@@ -86,9 +86,10 @@ pub enum Failure {
     /// Worth retrying as is: the database is unavailable or busy, or the
     /// transaction lost a serialization race or a deadlock.
     Transient,
-    /// The data itself is what the database refuses (a number out of range,
-    /// a value over a size limit, a check that fails): the same event fails
-    /// the same way on every retry, so retrying is futile ([`Poison::of`]).
+    /// A value from the event is what the database refuses (a number out of
+    /// range, a value over a size limit, a check that fails): the same event
+    /// fails the same way on every retry, so retrying is futile
+    /// ([`Poison::of`], [`is_poison_sqlstate`]).
     Poison,
     /// Anything else: a bug or a broken invariant.
     Permanent,
@@ -106,12 +107,20 @@ pub fn classify(error: &sqlx::Error) -> Failure {
     }
 }
 
-/// Data exceptions (class 22: numeric overflow, untranslatable text, ...),
-/// program limits (class 54: an index row over the B-tree maximum, ...), and
-/// the integrity checks that depend on the values alone (not null, check).
-/// A unique violation is not among them: it can be a race a retry wins.
+/// The data errors that a value from the event causes: a string too long
+/// for its column (22001), a number out of range (22003, a balance's
+/// overflow among them), a time out of range (22008), text the database
+/// cannot encode (22021, 22P05), an index row over the B-tree maximum
+/// (54000, an id too long for a key), and a check constraint the values
+/// fail (23514). Not the codes a bug in our own SQL or schema would raise
+/// for every event alike (a bad cast 22P02, a missing not-null value
+/// 23502), nor a unique violation, which can be a race a retry wins: those
+/// stay errors, answered 5xx and noticed.
 fn is_poison_sqlstate(code: &str) -> bool {
-    code.starts_with("22") || code.starts_with("54") || matches!(code, "23502" | "23514")
+    matches!(
+        code,
+        "22001" | "22003" | "22008" | "22021" | "22P05" | "54000" | "23514"
+    )
 }
 
 /// Why the database refused an event's data, for its `rejected` detail:
@@ -135,15 +144,19 @@ impl Poison {
         }
     }
 
+    /// The `rejected` detail: `{"reason": ..., "sqlstate": ...}`.
+    pub fn detail(&self) -> serde_json::Value {
+        serde_json::json!({ "reason": self.reason(), "sqlstate": self.sqlstate })
+    }
+
     /// A sentence for the `rejected` reason.
     pub fn reason(&self) -> String {
         let what = match self.sqlstate.as_str() {
             "22003" => "a number out of range",
             "22001" => "a value too long for its column",
+            "22008" => "a time out of range",
             "22021" | "22P05" => "text the database cannot encode",
-            code if code.starts_with("22") => "a value the database refuses",
-            code if code.starts_with("54") => "a value over a database size limit",
-            "23502" => "a required value missing",
+            "54000" => "a value over a database size limit",
             _ => "a value that fails a check",
         };
         match &self.constraint {
@@ -214,13 +227,18 @@ mod tests {
 
     #[test]
     fn data_the_database_refuses_is_poison_and_a_race_is_not() {
-        for code in ["22003", "22021", "22P05", "54000", "23514", "23502"] {
+        for code in [
+            "22001", "22003", "22008", "22021", "22P05", "54000", "23514",
+        ] {
             assert!(
                 is_poison_sqlstate(code) && !is_transient_sqlstate(code),
                 "{code}"
             );
         }
-        for code in ["23505", "40001", "57014", "42P01", "08006"] {
+        // Our own bugs stay errors: a bad cast, a missing value, a race.
+        for code in [
+            "22P02", "22012", "23502", "23505", "40001", "57014", "42P01", "54001",
+        ] {
             assert!(!is_poison_sqlstate(code), "{code}");
         }
     }

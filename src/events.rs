@@ -15,6 +15,27 @@ pub async fn claim(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<boo
     let payload = event
         .stored_payload()
         .map_err(|e| sqlx::Error::Decode(e.into()))?;
+    claim_storing(conn, event, payload).await
+}
+
+/// What [`claim_without_payload`] stores in place of the payload.
+pub const PAYLOAD_NOT_STORED: &str =
+    r#"{"webhookd": "payload not stored: the database refused it"}"#;
+
+/// [`claim`], storing [`PAYLOAD_NOT_STORED`]: for an event whose payload
+/// is what the database refuses, so that it is still recorded once.
+pub async fn claim_without_payload(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+) -> Result<bool, sqlx::Error> {
+    claim_storing(conn, event, PAYLOAD_NOT_STORED).await
+}
+
+async fn claim_storing(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+    payload: &str,
+) -> Result<bool, sqlx::Error> {
     let result = sqlx::query!(
         r#"
         insert into processed_events

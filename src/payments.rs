@@ -51,7 +51,8 @@ pub async fn upsert(
         on conflict (provider, payment_id) do update set
             payment_ref = coalesce(p.payment_ref, excluded.payment_ref),
             user_id = coalesce(p.user_id, excluded.user_id),
-            refunded_minor = greatest(p.refunded_minor, excluded.refunded_minor),
+            -- capped by the amount: also mends a row written before that check
+            refunded_minor = least(greatest(p.refunded_minor, excluded.refunded_minor), p.amount_minor),
             status = case
                 when payment_status_rank(excluded.status) > payment_status_rank(p.status)
                 then excluded.status else p.status end,

@@ -118,6 +118,7 @@ fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> ConnectionLimit
     }
     ConnectionLimits {
         header_read_timeout: configured.header_read_timeout,
+        write_timeout: configured.write_timeout,
         max_header_bytes: usize::try_from(configured.max_header_bytes).unwrap_or(usize::MAX),
         max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
     }

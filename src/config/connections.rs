@@ -16,6 +16,12 @@ pub struct ConnectionSettings {
     #[arg(long, env = "WEBHOOKD_HEADER_READ_TIMEOUT", value_parser = parse_timeout, default_value = "10s")]
     pub header_read_timeout: Duration,
 
+    /// Longest a response may wait for the client to read it (a write that
+    /// makes no progress): past it the connection is closed, so a client
+    /// that sends requests but never reads cannot keep its connection.
+    #[arg(long, env = "WEBHOOKD_WRITE_TIMEOUT", value_parser = parse_timeout, default_value = "10s")]
+    pub write_timeout: Duration,
+
     /// Largest request head (request line and headers) in bytes; a larger
     /// one is answered 431 and the connection closed. It also bounds each
     /// connection's read buffer.
@@ -32,7 +38,7 @@ pub struct ConnectionSettings {
     pub max_connections: u64,
 }
 
-/// A duration above zero (a zero header timeout would refuse every request).
+/// A duration above zero (a zero timeout would refuse every request).
 fn parse_timeout(raw: &str) -> Result<Duration, String> {
     match humantime::parse_duration(raw) {
         Ok(timeout) if timeout.is_zero() => Err("must be above zero".to_owned()),
@@ -50,6 +56,7 @@ mod tests {
     fn connection_defaults_match_the_design() {
         let connections = ServeSettings::default().connections;
         assert_eq!(connections.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(connections.write_timeout, Duration::from_secs(10));
         assert_eq!(connections.max_header_bytes, 65_536);
         assert_eq!(connections.max_connections, 4096);
     }

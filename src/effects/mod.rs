@@ -186,7 +186,17 @@ async fn apply_isolated(
         Err(error) => match db::Poison::of(&error) {
             Some(poison) => {
                 savepoint.rollback().await?;
-                Ok(Applied::rejected(poison.reason()))
+                tracing::warn!(
+                    provider = event.provider(),
+                    event_id = event.event_id(),
+                    sqlstate = %poison.sqlstate,
+                    constraint = poison.constraint.as_deref(),
+                    "the database refuses a waiting event's data: recorded as rejected"
+                );
+                Ok(Applied {
+                    outcome: Outcome::Rejected,
+                    detail: poison.detail(),
+                })
             }
             None => Err(error),
         },
@@ -283,7 +293,25 @@ fn required_ident<'a>(
     ident_at(object, pointer, what)?.ok_or_else(|| missing.to_owned())
 }
 
-/// The wallet owner's user id at `pointer`, if any ([`ident_at`]).
+/// An informational identifier at `pointer` (a customer, a plan, an order, a
+/// status with a default, a user id that owns no money): kept when it is an
+/// identifier, else left out. Never rewritten, and never a reason to refuse
+/// an event whose keys are sound (Stripe's metadata values, say, may hold
+/// any text).
+fn loose_ident_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    str_at(object, pointer).filter(|s| providers::is_identifier(s))
+}
+
+/// [`loose_ident_at`] of an expandable reference ([`id_at`]).
+fn loose_id_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    match object.pointer(pointer) {
+        Some(expanded @ Value::Object(_)) => loose_ident_at(expanded, "/id"),
+        _ => loose_ident_at(object, pointer),
+    }
+}
+
+/// The user id at `pointer` of a wallet owner, whose credit is keyed by it:
+/// refused when it is not an identifier ([`ident_at`]).
 fn owner_at<'a>(object: &'a Value, pointer: &str) -> Result<Option<&'a str>, Reason> {
     ident_at(
         object,
@@ -324,17 +352,28 @@ fn refund_status(amount_minor: i64, refunded_minor: i64) -> Option<&'static str>
     }
 }
 
-/// An ISO 4217 code, in any case, as the upper-case code (`usd` -> `USD`).
-/// Only currencies with a minor unit: amounts are integers in it, so the
-/// funds and metals (`XAU`, `XDR`) and `XXX`/`XTS` are refused.
+/// An ISO 4217 code, in any case, as the upper-case code (`usd` -> `USD`):
+/// a current one (the maintained list of the `iso_currency` crate) or one
+/// of [`WITHDRAWN_STILL_SENT`]. Only currencies with a minor unit: amounts
+/// are integers in it, so the funds and metals (`XAU`, `XDR`) and
+/// `XXX`/`XTS` are refused.
 pub fn currency(raw: &str) -> Option<&'static str> {
     if raw.len() != 3 || !raw.is_ascii() {
         return None;
     }
-    iso_currency::Currency::from_code(&raw.to_ascii_uppercase())
+    let code = raw.to_ascii_uppercase();
+    iso_currency::Currency::from_code(&code)
         .filter(|currency| currency.exponent().is_some())
         .map(|currency| currency.code())
+        .or_else(|| WITHDRAWN_STILL_SENT.into_iter().find(|w| *w == code))
 }
+
+/// Codes ISO 4217 has withdrawn (its list of historic denominations, all
+/// with a minor unit) that payment providers still send: Stripe lists
+/// `ang`, `std`, `mro`, `vef`, `ltl`, `eek`, `lvl` and `byr` among its
+/// currencies. A wallet in one of them must keep taking its refunds.
+pub const WITHDRAWN_STILL_SENT: [&str; 8] =
+    ["ANG", "BYR", "EEK", "LTL", "LVL", "MRO", "STD", "VEF"];
 
 #[cfg(test)]
 mod tests {
@@ -349,6 +388,27 @@ mod tests {
             "us", "usd1", "u$d", "zzz", "ZZZ", "xxx", "XAU", "xts", "üsd",
         ] {
             assert_eq!(currency(refused), None, "{refused}");
+        }
+    }
+
+    #[test]
+    fn every_currency_stripe_and_razorpay_list_is_accepted() {
+        // Stripe's presentment currencies (lower case, as it sends them),
+        // including the codes ISO 4217 has since withdrawn.
+        let stripe = "aed afn all amd ang aoa ars aud awg azn bam bbd bdt bgn bhd bif bmd bnd \
+        bob brl bsd bwp byn byr bzd cad cdf chf clp cny cop crc cve czk djf dkk dop dzd \
+        eek egp etb eur fjd fkp gbp gel ghs gip gmd gnf gtq gyd hkd hnl hrk htg huf idr \
+        ils inr isk jmd jod jpy kes kgs khr kmf krw kwd kyd kzt lak lbp lkr lrd lsl ltl \
+        lvl mad mdl mga mkd mmk mnt mop mro mru mur mvr mwk mxn myr mzn nad ngn nio nok \
+        npr nzd omr pab pen pgk php pkr pln pyg qar ron rsd rub rwf sar sbd scr sek sgd \
+        shp sle sll sos srd std stn svc szl thb tjs tnd top try ttd twd tzs uah ugx usd \
+        uyu uzs vef ves vnd vuv wst xaf xcd xcg xof xpf yer zar zmw";
+        // Razorpay's international currencies (upper case).
+        let razorpay = "INR USD EUR GBP SGD AED AUD CAD CHF CNY DKK HKD JPY KES MYR NOK NZD \
+        QAR SAR SEK THB ZAR BHD KWD OMR LKR NPR BDT MUR";
+        for code in stripe.split_whitespace().chain(razorpay.split_whitespace()) {
+            let upper = code.to_ascii_uppercase();
+            assert_eq!(currency(code), Some(upper.as_str()), "{code}");
         }
     }
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use sqlx::PgConnection;
 
 use super::money::{self, Credit, Debit, Found};
-use super::{Applied, Reason, currency_at, ident_at, owner_at, required_ident, unix_at};
+use super::{Applied, Reason, currency_at, loose_ident_at, owner_at, required_ident, unix_at};
 use crate::ledger::{self, EntryKind};
 use crate::payments::{self, Payment, Recorded};
 use crate::providers::VerifiedEvent;
@@ -40,8 +40,12 @@ async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Appl
         Ok(payment) => payment,
         Err(reason) => return Ok(Applied::rejected(reason)),
     };
-    let Some(user_id) = payment.user_id else {
-        return Ok(Applied::rejected("payment has no notes.user_id"));
+    // The owner is the credit's key: it must be an identifier.
+    let owner = event.object().pointer("/payment/entity");
+    let user_id = match owner.map(|entity| owner_at(entity, "/notes/user_id")) {
+        Some(Ok(Some(user_id))) => user_id,
+        Some(Err(reason)) => return Ok(Applied::rejected(reason)),
+        _ => return Ok(Applied::rejected("payment has no notes.user_id")),
     };
     if payment.amount_minor <= 0 {
         return Ok(Applied::rejected("payment has no positive amount"));
@@ -141,11 +145,10 @@ fn parse_subscription(payload: &Value) -> Result<Subscription, Reason> {
     Ok(Subscription {
         provider: PROVIDER.to_owned(),
         subscription_id: required_ident(entity, "/id", "subscription id", missing)?.to_owned(),
-        customer_id: ident_at(entity, "/customer_id", "subscription customer_id")?
-            .map(str::to_owned),
-        user_id: owner_at(entity, "/notes/user_id")?.map(str::to_owned),
+        customer_id: loose_ident_at(entity, "/customer_id").map(str::to_owned),
+        user_id: loose_ident_at(entity, "/notes/user_id").map(str::to_owned),
         status: required_ident(entity, "/status", "subscription status", missing)?.to_owned(),
-        plan_id: ident_at(entity, "/plan_id", "subscription plan_id")?.map(str::to_owned),
+        plan_id: loose_ident_at(entity, "/plan_id").map(str::to_owned),
         current_period_end: unix_at(entity, "/current_end"),
     })
 }
@@ -233,12 +236,12 @@ impl<'a> RazorpayPayment<'a> {
         }
         let status = match super::refund_status(amount_minor, refunded_minor) {
             Some(status) => status,
-            None => ident_at(entity, "/status", "payment status")?.unwrap_or("captured"),
+            None => loose_ident_at(entity, "/status").unwrap_or("captured"),
         };
         Ok(RazorpayPayment {
             id,
-            order_id: ident_at(entity, "/order_id", "payment order_id")?,
-            user_id: owner_at(entity, "/notes/user_id")?,
+            order_id: loose_ident_at(entity, "/order_id"),
+            user_id: loose_ident_at(entity, "/notes/user_id"),
             amount_minor,
             refunded_minor,
             currency: currency_at(entity, "/currency", "payment")?,

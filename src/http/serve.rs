@@ -2,17 +2,21 @@
 //! on every request head, a bound on its size, and a cap on how many
 //! connections are open at once.
 
+use std::future::Future;
 use std::io;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -34,6 +38,8 @@ pub struct ConnectionLimits {
     /// Deadline for a request head, counted from when hyper starts waiting
     /// for it (after each response too: the idle keep-alive timeout).
     pub header_read_timeout: Duration,
+    /// Longest a write may wait for the client to read (no progress at all).
+    pub write_timeout: Duration,
     /// Largest request head; larger ones get 431. Also the read buffer's cap.
     pub max_header_bytes: usize,
     /// Most connections open at once (already held below the file limit).
@@ -94,7 +100,7 @@ pub async fn serve(
             continue;
         };
         let connection = http.serve_connection(
-            TokioIo::new(stream),
+            TokioIo::new(WriteTimeout::new(stream, limits.write_timeout)),
             TowerToHyperService::new(router.clone()),
         );
         let shutdown = shutdown.clone();
@@ -127,14 +133,105 @@ pub async fn serve(
     }
 }
 
-/// Errors of one connection, not of the listener.
+/// Errors of one connection, not of the listener: Linux's accept(2) also
+/// passes on the network errors of the new connection.
 fn is_connection_error(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::ConnectionRefused
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::ConnectionReset
-    )
+            | io::ErrorKind::NetworkDown
+            | io::ErrorKind::NetworkUnreachable
+            | io::ErrorKind::HostUnreachable
+    ) || error.raw_os_error() == Some(libc::EPROTO)
+}
+
+/// A connection whose writes fail once one has waited `timeout` without
+/// any progress: a client that stops reading cannot hold its connection
+/// (and its slot) by leaving the server's responses unread. The deadline
+/// starts when a write first has to wait and is cleared by any progress.
+struct WriteTimeout {
+    stream: TcpStream,
+    timeout: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl WriteTimeout {
+    fn new(stream: TcpStream, timeout: Duration) -> Self {
+        WriteTimeout {
+            stream,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// Passes `poll` on, unless it has waited past the timeout.
+    fn guard<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let timeout = self.timeout;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client stopped reading",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for WriteTimeout {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteTimeout {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.guard(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.guard(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.stream).poll_flush(cx);
+        this.guard(cx, poll)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.stream).poll_shutdown(cx);
+        this.guard(cx, poll)
+    }
 }
 
 /// Says when to log a repeated event: its first occurrence, then at most

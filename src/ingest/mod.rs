@@ -5,7 +5,6 @@
 pub mod batch;
 
 use serde::Serialize;
-use serde_json::json;
 use sqlx::PgPool;
 
 use crate::effects::{self, Outcome};
@@ -87,23 +86,41 @@ async fn apply_once(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sql
     Ok(receipt(applied.outcome, event))
 }
 
-/// Records `event` as `rejected` for `poison`, without effects.
+/// Records `event` as `rejected` for `poison`, without effects. When the
+/// claim itself is what the database refuses (the payload), the event is
+/// recorded without its payload, so that even then its retry is a
+/// `duplicate` rather than the same failure.
 async fn reject(
     pool: &PgPool,
     event: &VerifiedEvent,
     poison: &db::Poison,
 ) -> Result<Receipt, sqlx::Error> {
     tracing::warn!(
+        provider = event.provider(),
+        event_id = event.event_id(),
         sqlstate = %poison.sqlstate,
         constraint = poison.constraint.as_deref(),
         "the database refuses this event's data: recorded as rejected"
     );
     let mut tx = pool.begin().await?;
-    if !events::claim(&mut tx, event).await? {
+    let mut payload_stored = true;
+    let claimed = match events::claim(&mut tx, event).await {
+        Err(error) if db::Poison::of(&error).is_some() => {
+            tx.rollback().await?;
+            tx = pool.begin().await?;
+            payload_stored = false;
+            events::claim_without_payload(&mut tx, event).await?
+        }
+        claimed => claimed?,
+    };
+    if !claimed {
         tx.rollback().await?;
         return Ok(receipt(Outcome::Duplicate, event));
     }
-    let detail = json!({ "reason": poison.reason(), "sqlstate": poison.sqlstate });
+    let mut detail = poison.detail();
+    if !payload_stored {
+        detail["payload_stored"] = false.into();
+    }
     events::record_outcome(
         &mut tx,
         event.provider(),

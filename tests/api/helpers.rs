@@ -215,6 +215,29 @@ impl TestApp {
                 .await
                 .unwrap();
         assert_eq!(pending, 0, "events committed without an outcome");
+        // Every refund debits a credit of its own wallet and currency, and a
+        // credit's refunds never add up to more than it.
+        let refunds_astray: i64 = sqlx::query_scalar(
+            "select count(*) from wallet_entries r
+             where r.kind = 'refund' and not exists
+                (select 1 from wallet_entries c
+                 where c.provider = r.provider and c.kind = 'credit' and c.source_ref = r.parent_ref
+                   and c.user_id = r.user_id and c.currency = r.currency)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        assert_eq!(refunds_astray, 0, "refunds without their credit");
+        let over_refunded: i64 = sqlx::query_scalar(
+            "select count(*) from wallet_entries c
+             where c.kind = 'credit' and c.amount_minor < coalesce(
+                (select -sum(r.amount_minor) from wallet_entries r
+                 where r.provider = c.provider and r.kind = 'refund' and r.parent_ref = c.source_ref), 0)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        assert_eq!(over_refunded, 0, "credits refunded beyond their amount");
     }
 }
 

@@ -302,3 +302,47 @@ async fn the_connection_cap_closes_the_excess_at_once_and_recovers_when_connecti
     }
     assert_eq!(app.balance("user_1", "USD").await, Some(300));
 }
+
+#[sqlx::test]
+async fn a_client_that_never_reads_its_responses_loses_its_connection_to_the_write_timeout(
+    pool: PgPool,
+) {
+    // One slot, and a header timeout far beyond PATIENCE: only the write
+    // timeout can take the slot back from a client that stops reading.
+    let app = spawn_app_with(pool, Clock::System, |s| {
+        s.connections.max_connections = 1;
+        s.connections.header_read_timeout = Duration::from_secs(600);
+        s.connections.write_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let address = app.address.trim_start_matches("http://").parse().unwrap();
+    let mut stalled = socket.connect(address).await.unwrap();
+    // Pipelined requests for far more response bytes than the buffers
+    // hold, and never a read.
+    let requests = "GET /metrics HTTP/1.1\r\nhost: localhost\r\n\r\n".repeat(2000);
+    let writer = tokio::spawn(async move {
+        let _ = stalled.write_all(requests.as_bytes()).await;
+        stalled
+    });
+
+    let body = payment_intent_succeeded("evt_after_stall", "pi_after_stall", "user_1", 400);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut stream = connect(&app).await;
+        let _ = stream.write_all(&signed_delivery(&body, 0)).await;
+        let status = status_line(&mut stream).await;
+        if status == "HTTP/1.1 200 OK" {
+            break;
+        }
+        assert!(status.is_empty(), "{status}");
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client kept its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(app.balance("user_1", "USD").await, Some(400));
+    drop(writer);
+}

@@ -572,3 +572,115 @@ async fn a_waiting_refund_the_database_refuses_is_rejected_alone_and_its_credit_
     assert_eq!(app.count("deferred_events").await, 0);
     app.assert_consistent().await;
 }
+
+#[sqlx::test]
+async fn a_payload_the_database_refuses_is_recorded_without_it_and_its_retry_is_a_duplicate(
+    pool: PgPool,
+) {
+    let app = spawn_app(pool).await;
+    // A check only these payloads fail: the claim itself is refused.
+    sqlx::query(
+        "alter table processed_events add constraint refuses_a_payload check (payload ->> 'poison' is null)",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let poisoned = |body: String| format!(r#"{{"poison":"x",{}"#, &body[1..]);
+    let ignored = poisoned(event_of_type("evt_p1", "customer.created", json!({})));
+    let credit = poisoned(payment_intent_succeeded("evt_p2", "pi_p", "user_p", 100));
+    for (body, event_id) in [(ignored, "evt_p1"), (credit, "evt_p2")] {
+        assert_eq!(app.stripe_twice(&body).await, "rejected");
+        let (_, detail) = app.event(event_id).await;
+        assert_eq!(detail["sqlstate"], "23514", "{detail}");
+        assert_eq!(detail["payload_stored"], false, "{detail}");
+    }
+    app.assert_only_events_written().await;
+}
+
+#[sqlx::test]
+async fn real_provider_payloads_with_free_text_in_their_optional_fields_apply(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    // Stripe's metadata values are any text: only the credit's owner must
+    // be an identifier.
+    let metadata = json!({ "user_id": "user_1", "note": "Jane Doe's order ✓" });
+    let intent = json!({
+        "id": "pi_3MtwBwLkdIwHu7ix28a3tqPa", "object": "payment_intent", "amount": 2000,
+        "amount_capturable": 0, "amount_received": 2000, "capture_method": "automatic",
+        "client_secret": "pi_3MtwBwLkdIwHu7ix28a3tqPa_secret_YrKJUKribcBjcG8HVhfZluoGH",
+        "confirmation_method": "automatic", "created": 1680800504, "currency": "ang",
+        "customer": null, "description": null, "latest_charge": "ch_3MtwBwLkdIwHu7ix28a3tqPa",
+        "livemode": false, "metadata": metadata, "payment_method_types": ["card"],
+        "status": "succeeded", "transfer_data": null,
+    });
+    app.deliver(
+        &event_of_type("evt_real1", "payment_intent.succeeded", intent),
+        "processed",
+    )
+    .await;
+    let mut refunded = charge_object(
+        "ch_3MtwBwLkdIwHu7ix28a3tqPa",
+        "pi_3MtwBwLkdIwHu7ix28a3tqPa",
+        2000,
+        500,
+        "ang",
+    );
+    refunded["metadata"] = json!({ "user_id": "Jane Doe" });
+    refunded["customer"] = json!({ "id": "cus_NffrFeUfNV2Hib", "object": "customer" });
+    app.deliver(
+        &event_of_type("evt_real2", "charge.refunded", refunded),
+        "processed",
+    )
+    .await;
+    assert_eq!(app.balance("user_1", "ANG").await, Some(1500));
+
+    let mut deleted: Value = serde_json::from_str(&crate::helpers::subscription(
+        "evt_real3",
+        "customer.subscription.deleted",
+        "sub_1MowQVLkdIwHu7ixeRlqHVzs",
+        "canceled",
+        now(),
+    ))
+    .unwrap();
+    deleted["data"]["object"]["metadata"] = json!({ "user_id": "Jane Doe" });
+    app.deliver(&deleted.to_string(), "processed").await;
+    let (status, user_id): (String, Option<String>) =
+        sqlx::query_as("select status, user_id from subscriptions")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), user_id), ("canceled", None));
+
+    let mut invoice: Value = serde_json::from_str(&crate::helpers::invoice_paid(
+        "evt_real4",
+        "in_1MtHbELkdIwHu7ixl4OzzPMv",
+    ))
+    .unwrap();
+    invoice["data"]["object"]["metadata"] = json!({ "user_id": "Jane Doe" });
+    app.deliver(&invoice.to_string(), "processed").await;
+
+    // Razorpay: a failed payment whose notes hold free text, and a refund
+    // whose payment entity has no order.
+    let mut failed = razorpay_payment("pay_29QQoUBi66xm2f", 5000, "INR");
+    failed["entity"]["notes"] = json!({ "user_id": "Jane Doe", "address": "Mumbai, India" });
+    failed["entity"]["status"] = json!("failed");
+    let body = razorpay_envelope("payment.failed", json!({ "payment": failed }));
+    assert_eq!(app.razorpay_twice(&body, "evt_real5").await, "processed");
+    let captured = razorpay_envelope(
+        "payment.captured",
+        json!({ "payment": razorpay_payment("pay_29QQoUBi66xm2g", 5000, "INR") }),
+    );
+    assert_eq!(
+        app.razorpay_twice(&captured, "evt_real6").await,
+        "processed"
+    );
+    let mut entity = razorpay_payment("pay_29QQoUBi66xm2g", 5000, "INR");
+    entity["entity"]["order_id"] = Value::Null;
+    entity["entity"]["amount_refunded"] = json!(1000);
+    let refund = razorpay_envelope(
+        "refund.processed",
+        json!({ "refund": razorpay_refund("rfnd_FP8QHiV938haTz", "pay_29QQoUBi66xm2g", 1000, "INR"), "payment": entity }),
+    );
+    assert_eq!(app.razorpay_twice(&refund, "evt_real7").await, "processed");
+    assert_eq!(app.balance("user_r", "INR").await, Some(4000));
+    app.assert_consistent().await;
+}

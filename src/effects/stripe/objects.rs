@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use super::PROVIDER;
 use crate::effects::money::Credit;
 use crate::effects::{
-    Reason, currency_at, id_at, ident_at, owner_at, refund_status, required_ident, str_at, unix_at,
+    Reason, currency, currency_at, id_at, loose_id_at, loose_ident_at, owner_at, refund_status,
+    required_ident, str_at, unix_at,
 };
 use crate::payments::Payment;
 use crate::subscriptions::Subscription;
@@ -16,14 +17,12 @@ pub(super) fn parse_subscription(object: &Value) -> Result<Subscription, Reason>
     Ok(Subscription {
         provider: PROVIDER.to_owned(),
         subscription_id: required_ident(object, "/id", "subscription id", missing)?.to_owned(),
-        customer_id: id_at(object, "/customer", "subscription customer")?.map(str::to_owned),
-        user_id: owner_at(object, "/metadata/user_id")?.map(str::to_owned),
+        customer_id: loose_id_at(object, "/customer").map(str::to_owned),
+        user_id: loose_ident_at(object, "/metadata/user_id").map(str::to_owned),
         status: required_ident(object, "/status", "subscription status", missing)?.to_owned(),
-        plan_id: match ident_at(object, "/items/data/0/price/id", "subscription price id")? {
-            Some(price) => Some(price),
-            None => ident_at(object, "/plan/id", "subscription plan id")?,
-        }
-        .map(str::to_owned),
+        plan_id: loose_ident_at(object, "/items/data/0/price/id")
+            .or_else(|| loose_ident_at(object, "/plan/id"))
+            .map(str::to_owned),
         // Newer API versions keep the period on the subscription item.
         current_period_end: unix_at(object, "/current_period_end")
             .or_else(|| unix_at(object, "/items/data/0/current_period_end")),
@@ -44,14 +43,11 @@ impl<'a> Invoice<'a> {
     pub(super) fn parse(object: &'a Value) -> Result<Self, Reason> {
         Ok(Invoice {
             id: required_ident(object, "/id", "invoice id", "invoice has no id")?,
-            customer_id: id_at(object, "/customer", "invoice customer")?,
-            subscription_id: id_at(object, "/subscription", "invoice subscription")?,
-            user_id: owner_at(object, "/metadata/user_id")?,
+            customer_id: loose_id_at(object, "/customer"),
+            subscription_id: loose_id_at(object, "/subscription"),
+            user_id: loose_ident_at(object, "/metadata/user_id"),
             amount_paid_minor: object.pointer("/amount_paid").and_then(Value::as_i64),
-            currency: match str_at(object, "/currency") {
-                Some(_) => Some(currency_at(object, "/currency", "invoice")?),
-                None => None,
-            },
+            currency: str_at(object, "/currency").and_then(currency),
         })
     }
 }
@@ -141,7 +137,7 @@ impl<'a> Charge<'a> {
         Ok(Charge {
             id,
             payment_intent: id_at(object, "/payment_intent", "charge payment_intent")?,
-            user_id: owner_at(object, "/metadata/user_id")?,
+            user_id: loose_ident_at(object, "/metadata/user_id"),
             amount_minor,
             amount_refunded_minor,
             currency: currency_at(object, "/currency", "charge")?,
