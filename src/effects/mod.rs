@@ -263,8 +263,9 @@ fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
 /// Why an event can never be applied: the reason its `rejected` detail gives.
 pub(crate) type Reason = String;
 
-/// The identifier (an id, a status, a plan) at `pointer`: `None` when absent,
-/// null or empty; refused when it is anything but an identifier (at most
+/// The identifier that keys something (an object's id, a subscription's
+/// status) at `pointer`: `None` when absent, null or empty; refused when it
+/// is anything but an identifier (at most
 /// [`providers::MAX_ID_LEN`] printable ASCII characters, so no NUL or other
 /// control character), never rewritten.
 fn ident_at<'a>(object: &'a Value, pointer: &str, what: &str) -> Result<Option<&'a str>, Reason> {
