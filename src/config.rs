@@ -12,7 +12,9 @@ use crate::ingest::batch::BatchSettings;
 pub use crate::telemetry::LogFormat;
 
 mod connections;
+mod sweep;
 pub use connections::ConnectionSettings;
+pub use sweep::{ImportArgs, ImportSource, StripeApiArgs, StripeSweepArgs, SweepCommand};
 
 #[derive(Debug, Parser)]
 #[command(name = "webhookd", version, about, long_about = None)]
@@ -56,6 +58,12 @@ pub enum Command {
     /// Load and correctness drill: N unique signed Stripe events, each sent K
     /// times concurrently, retried like a provider; verified in the database.
     Drill(Box<DrillArgs>),
+    /// Read the provider's API and apply what was never delivered.
+    #[command(subcommand)]
+    Sweep(SweepCommand),
+    /// Record events an earlier handler applied, without effects, so that
+    /// their redelivery or sweep is a duplicate.
+    Import(Box<ImportArgs>),
     /// Exit 0 when URL answers 2xx (for container health checks).
     Healthcheck {
         /// Default: /readyz on the port of WEBHOOKD_LISTEN (8080).

@@ -17,4 +17,5 @@ pub mod providers;
 pub mod sinks;
 pub mod startup;
 pub mod subscriptions;
+pub mod sweep;
 pub mod telemetry;

@@ -67,6 +67,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             anyhow::ensure!(ok, "the ledger does not reconcile");
             Ok(())
         }
+        Some(Command::Sweep(command)) => {
+            webhookd::cli::sweep::sweep(&pool, &command, &Clock::System, out).await
+        }
+        Some(Command::Import(args)) => {
+            webhookd::cli::sweep::import(&pool, &args, &Clock::System, out).await
+        }
         Some(Command::Prune(args)) => webhookd::cli::prune::run(&pool, &args, &Clock::System, out)
             .await
             .map(|_| ()),

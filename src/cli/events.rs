@@ -17,8 +17,8 @@ pub async fn run(
             for e in events::list(pool, provider.as_deref(), *limit).await? {
                 writeln!(
                     out,
-                    "{}  {:<10}  {:<32}  {:<34}  {}",
-                    e.received_at, e.provider, e.event_id, e.event_type, e.outcome
+                    "{}  {:<10}  {:<32}  {:<34}  {:<10}  {}",
+                    e.received_at, e.provider, e.event_id, e.event_type, e.outcome, e.received_via
                 )?;
             }
         }
@@ -33,6 +33,7 @@ pub async fn run(
                 stored.provider_created_at.as_deref().unwrap_or("-")
             )?;
             writeln!(out, "received:    {}", stored.received_at)?;
+            writeln!(out, "via:         {}", stored.received_via)?;
             writeln!(out, "outcome:     {}", stored.outcome)?;
             writeln!(out, "detail:      {}", stored.detail)?;
             writeln!(out, "payload:     {}", stored.payload)?;

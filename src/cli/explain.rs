@@ -26,8 +26,13 @@ pub async fn run(pool: &PgPool, subject: &str, out: &mut impl Write) -> anyhow::
         ),
         timeline (at, line) as (
             select e.received_at,
-                   format('event %s %s (%s) received, signature verified, claimed: %s %s',
-                          e.provider, e.event_id, e.event_type, e.outcome, e.detail)
+                   format('event %s %s (%s) %s, claimed: %s %s',
+                          e.provider, e.event_id, e.event_type,
+                          case e.received_via
+                              when 'sweep' then 'found by a sweep of the provider''s API'
+                              when 'import' then 'imported (applied before webhookd)'
+                              else 'received, signature verified' end,
+                          e.outcome, e.detail)
             from processed_events e join related using (provider, event_id)
             union all
             select w.created_at,

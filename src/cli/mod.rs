@@ -8,6 +8,7 @@ pub mod outbox;
 pub mod prune;
 pub mod reconcile;
 pub mod send;
+pub mod sweep;
 
 use std::io::Write;
 use std::time::Duration;

@@ -24,6 +24,18 @@ use objects::{Charge, Invoice, PaymentIntent, parse_subscription};
 
 pub use crate::providers::stripe::PROVIDER;
 
+/// Every event type [`apply`] gives an effect: what a sweep lists (Stripe
+/// takes at most 20 `types[]`).
+pub const HANDLED_TYPES: [&str; 7] = [
+    "payment_intent.succeeded",
+    "charge.succeeded",
+    "charge.refunded",
+    "invoice.paid",
+    "customer.subscription.created",
+    "customer.subscription.updated",
+    "customer.subscription.deleted",
+];
+
 pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
     match event.event_type() {
         "payment_intent.succeeded" => credit(conn, event).await,

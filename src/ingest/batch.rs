@@ -405,12 +405,12 @@ async fn claim_and_lock(
     let claimed = sqlx::query!(
         r#"
         with input as (
-            select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
-                as input (provider, event_id, event_type, payload, created, lock_key)
+            select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
+                as input (provider, event_id, event_type, payload, created, lock_key, received_via)
         ), claimed as (
             insert into processed_events
-                (provider, event_id, event_type, outcome, payload, provider_created_at)
-            select provider, event_id, event_type, 'pending', payload::jsonb, to_timestamp(created)
+                (provider, event_id, event_type, outcome, payload, provider_created_at, received_via)
+            select provider, event_id, event_type, 'pending', payload::jsonb, to_timestamp(created), received_via
             from input
             order by provider, event_id
             on conflict (provider, event_id) do nothing
@@ -430,6 +430,7 @@ async fn claim_and_lock(
         &payloads,
         &created as &[Option<i64>],
         &column(|c| effects::credit_lock(&c.credit.source_ref)),
+        &column(|c| c.event.via().as_str().to_owned()),
     )
     .fetch_all(conn)
     .await?;

@@ -39,8 +39,30 @@ pub enum Kind {
     Source,
 }
 
+/// How an event reached webhookd: the `received_via` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A delivery to `POST /webhooks/{provider}`, its signature checked.
+    Webhook,
+    /// Listed by the provider's API over TLS with our key (`webhookd sweep`).
+    Sweep,
+    /// Recorded without effects by `webhookd import`.
+    Import,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Webhook => "webhook",
+            Via::Sweep => "sweep",
+            Via::Import => "import",
+        }
+    }
+}
+
 /// An event whose signature was checked on its exact raw bytes and whose
-/// envelope was parsed afterwards. Only this module can build one.
+/// envelope was parsed afterwards, or that the provider's own API listed
+/// to us ([`Via`]). Only this module can build one.
 #[derive(Debug, Clone)]
 pub struct VerifiedEvent {
     provider: Arc<str>,
@@ -52,6 +74,7 @@ pub struct VerifiedEvent {
     raw: Bytes,
     /// What to store instead of `raw` when `raw` cannot be stored as is.
     stored: Option<String>,
+    via: Via,
 }
 
 impl VerifiedEvent {
@@ -81,6 +104,17 @@ impl VerifiedEvent {
     /// (its entities by name), a generic source's whole body.
     pub fn object(&self) -> &Value {
         &self.object
+    }
+
+    /// How the event reached us.
+    pub fn via(&self) -> Via {
+        self.via
+    }
+
+    /// The same event, recorded as arriving `via` (an API listing's event
+    /// imported rather than applied, say).
+    pub fn arrived_via(self, via: Via) -> Self {
+        VerifiedEvent { via, ..self }
     }
 
     /// The exact bytes that were verified.
@@ -230,6 +264,7 @@ pub(crate) fn source_event(
         object,
         raw: body.clone(),
         stored: json.stored,
+        via: Via::Webhook,
     })
 }
 

@@ -12,7 +12,7 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::{
-    Keys, Kind, SignatureError, UNKNOWN_TYPE, VerifiedEvent, Verify, header, is_identifier,
+    Keys, Kind, SignatureError, UNKNOWN_TYPE, VerifiedEvent, Verify, Via, header, is_identifier,
     is_unix_time, lower_hex_32, parse_object, required_header,
 };
 use crate::config::Secrets;
@@ -95,6 +95,7 @@ pub(crate) fn parse_event(
         object,
         raw: body.clone(),
         stored,
+        via: Via::Webhook,
     })
 }
 

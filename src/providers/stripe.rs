@@ -13,8 +13,8 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::{
-    HmacSha256, Keys, Kind, SignatureError, VerifiedEvent, Verify, check_tolerance, is_identifier,
-    is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
+    HmacSha256, Keys, Kind, SignatureError, VerifiedEvent, Verify, Via, check_tolerance,
+    is_identifier, is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
 };
 use crate::config::Secrets;
 
@@ -117,6 +117,13 @@ pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
     )
 }
 
+/// An event that Stripe's API listed to us (`GET /v1/events`, over TLS,
+/// with our key): trusted like a verified delivery, and recorded as found
+/// by a sweep. `raw` is the event object exactly as listed.
+pub fn listed_event(raw: &Bytes) -> Result<VerifiedEvent, SignatureError> {
+    Ok(parse_event(raw)?.arrived_via(Via::Sweep))
+}
+
 /// Parses a Stripe event envelope: `id`, `type`, `created`, `data.object`.
 pub(crate) fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError> {
     let super::JsonBody { mut fields, stored } = parse_object(body)?;
@@ -147,6 +154,7 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError>
         object,
         raw: body.clone(),
         stored,
+        via: Via::Webhook,
     })
 }
 

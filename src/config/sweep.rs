@@ -1,0 +1,73 @@
+//! `webhookd sweep` and `webhookd import`: which provider API, which window.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
+use secrecy::SecretString;
+
+#[derive(Debug, Subcommand)]
+pub enum SweepCommand {
+    /// List Stripe's events (`GET /v1/events`) of the window and apply those
+    /// never delivered, through the same path as a webhook.
+    Stripe(StripeSweepArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StripeSweepArgs {
+    /// How far back to look (e.g. `72h`; Stripe keeps events for 30 days).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "72h")]
+    pub since: Duration,
+    /// List and count; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub api: StripeApiArgs,
+}
+
+/// How to reach Stripe's API.
+#[derive(Debug, Clone, Args)]
+pub struct StripeApiArgs {
+    /// A Stripe secret or restricted key; read access to Events is enough.
+    #[arg(long, env = "STRIPE_API_KEY", hide_env_values = true)]
+    pub stripe_api_key: Option<SecretString>,
+    /// Stripe's API base: `https://` (plain `http://` only on a loopback
+    /// address, for tests).
+    #[arg(long, env = "WEBHOOKD_STRIPE_API_BASE", default_value = crate::sweep::stripe::DEFAULT_API_BASE)]
+    pub stripe_api_base: String,
+    /// Most requests a second to the provider's API (Stripe allows more;
+    /// this leaves room for the application's own calls).
+    #[arg(long, env = "WEBHOOKD_SWEEP_RATE", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rate: u32,
+}
+
+/// `webhookd import stripe [--since 30d]`, or `webhookd import --provider
+/// NAME --from-csv FILE`.
+#[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("what").required(true).args(["source", "provider"])))]
+pub struct ImportArgs {
+    /// List this provider's events of the last `--since` and record them.
+    #[arg(value_enum)]
+    pub source: Option<ImportSource>,
+    /// Record the event ids of `--from-csv` under this provider (or source) name.
+    #[arg(long, requires = "from_csv", conflicts_with = "source")]
+    pub provider: Option<String>,
+    /// A file of event ids, one per line, with optional columns
+    /// `event_type` and `processed_at` (RFC 3339 or Unix seconds).
+    #[arg(long, requires = "provider")]
+    pub from_csv: Option<PathBuf>,
+    /// How far back to list (with a provider's API).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30d")]
+    pub since: Duration,
+    /// Count; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub api: StripeApiArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportSource {
+    Stripe,
+}

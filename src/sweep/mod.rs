@@ -1,0 +1,116 @@
+//! Sweeps: read what the provider's API holds and apply what was never
+//! delivered, through the same ingest path as a webhook (claim under the
+//! event's own id, effects, outbox, one transaction). An event delivered
+//! before is a `duplicate`; a webhook that arrives after the sweep is one.
+//!
+//! `webhookd import` reads the same listing and records each event
+//! `imported`, without effects, for a team whose earlier handler applied
+//! them already.
+
+pub mod api;
+pub mod stripe;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::{self, Failure};
+use crate::effects::Outcome;
+use crate::providers::VerifiedEvent;
+use crate::{events, ingest};
+
+/// What a sweep does with each listed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Apply what was never recorded (`recovered`).
+    Apply,
+    /// Count what would be recovered; write nothing.
+    DryRun,
+    /// Record what was never recorded as `imported`, without effects.
+    Import,
+}
+
+/// The one JSON line a sweep prints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub provider: &'static str,
+    /// The window swept, in Unix seconds: `[since, until)`.
+    pub since: i64,
+    pub until: i64,
+    /// Events the provider listed in the window.
+    pub listed: u64,
+    /// Applied now (or, in a dry run, that would be), never recorded before.
+    /// For an import: recorded `imported` now.
+    pub recovered: u64,
+    /// Recorded before (delivered, swept or imported): nothing to do.
+    pub already_seen: u64,
+    /// Listed but unusable (no usable id or type): left alone.
+    pub skipped: u64,
+    /// Pages of the provider's list read, and requests sent (retries included).
+    pub pages: u64,
+    pub requests: u64,
+    pub dry_run: bool,
+}
+
+/// Tries for one event whose transaction failed transiently (the database
+/// restarting, a lock timeout) before the sweep gives up.
+const INGEST_TRIES: u32 = 5;
+
+/// Applies (or counts, or imports) `events`, oldest first as given.
+pub(crate) async fn apply(
+    pool: &PgPool,
+    mode: Mode,
+    events: Vec<VerifiedEvent>,
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    if mode == Mode::DryRun {
+        let ids: Vec<String> = events.iter().map(|e| e.event_id().to_owned()).collect();
+        let provider = events.first().map_or("", |e| e.provider());
+        let seen = events::recorded(pool, provider, &ids).await?;
+        summary.already_seen += seen.len() as u64;
+        summary.recovered += (ids.len() - seen.len()) as u64;
+        return Ok(());
+    }
+    for event in events {
+        let new = match mode {
+            Mode::Import => import(pool, &event).await?,
+            _ => apply_one(pool, &event).await? != Outcome::Duplicate,
+        };
+        if new {
+            summary.recovered += 1;
+        } else {
+            summary.already_seen += 1;
+        }
+    }
+    Ok(())
+}
+
+/// One event through the ingest path, retried while its failure is
+/// transient. Its outcome (`duplicate` when it was recorded before).
+async fn apply_one(pool: &PgPool, event: &VerifiedEvent) -> anyhow::Result<Outcome> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match ingest::ingest(pool, event).await {
+            Ok(receipt) => return Ok(receipt.outcome),
+            Err(error) if db::classify(&error) == Failure::Transient && tries < INGEST_TRIES => {
+                tracing::warn!(
+                    event_id = event.event_id(),
+                    error = %error,
+                    "applying a swept event failed; retrying"
+                );
+                tokio::time::sleep(Duration::from_secs(u64::from(tries))).await;
+            }
+            Err(error) => {
+                return Err(anyhow::Error::new(error)
+                    .context(format!("cannot apply swept event {}", event.event_id())));
+            }
+        }
+    }
+}
+
+async fn import(pool: &PgPool, event: &VerifiedEvent) -> anyhow::Result<bool> {
+    let mut conn = pool.acquire().await?;
+    Ok(events::import(&mut conn, event).await?)
+}
