@@ -14,7 +14,9 @@ pub use crate::telemetry::LogFormat;
 mod connections;
 mod sweep;
 pub use connections::ConnectionSettings;
-pub use sweep::{ImportArgs, ImportSource, StripeApiArgs, StripeSweepArgs, SweepCommand};
+pub use sweep::{
+    ImportArgs, ImportSource, PeriodicSweepArgs, StripeApiArgs, StripeSweepArgs, SweepCommand,
+};
 
 #[derive(Debug, Parser)]
 #[command(name = "webhookd", version, about, long_about = None)]
@@ -309,6 +311,9 @@ pub struct ServeSettings {
 
     #[command(flatten)]
     pub connections: ConnectionSettings,
+
+    #[command(flatten)]
+    pub sweep: PeriodicSweepArgs,
 
     #[command(flatten)]
     pub outbox: OutboxSettings,

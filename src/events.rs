@@ -55,6 +55,32 @@ async fn claim_storing(
     Ok(result.rows_affected() == 1)
 }
 
+/// Claims an event webhookd itself raises (a sweep's `webhookd.delivery_gap`),
+/// recorded as arriving by sweep. `false`: it was recorded already.
+pub async fn claim_own(
+    conn: &mut PgConnection,
+    provider: &str,
+    event_id: &str,
+    event_type: &str,
+    payload: &Value,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query!(
+        r#"
+        insert into processed_events
+            (provider, event_id, event_type, outcome, payload, received_via)
+        values ($1, $2, $3, 'pending', $4, 'sweep')
+        on conflict (provider, event_id) do nothing
+        "#,
+        provider,
+        event_id,
+        event_type,
+        payload,
+    )
+    .execute(conn)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
 /// Records `event` as `imported`, without effects: an earlier handler
 /// applied it, so a redelivery or a sweep of it must be a duplicate.
 /// `false`: it was recorded already.

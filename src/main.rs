@@ -6,6 +6,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use webhookd::clock::Clock;
 use webhookd::config::{self, Cli, Command, DatabaseSettings, ServeSettings};
+use webhookd::http::metrics::WorkerStats;
 use webhookd::startup::{self, Application};
 use webhookd::{db, telemetry};
 
@@ -102,15 +103,18 @@ async fn serve(
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let tasks = TaskTracker::new();
-    let mut deliveries = None;
+    let mut workers = WorkerStats::default();
     if settings.role.drains() {
         let drainer = startup::drainer(&settings, pool.clone(), Clock::System)?;
-        deliveries = Some(drainer.stats().clone());
+        workers.deliveries = Some(drainer.stats().clone());
         tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
+        if let Some(sweeper) = startup::sweeper(&settings, pool.clone(), Clock::System)? {
+            workers.sweeps = Some(sweeper.stats.clone());
+            tasks.spawn(sweeper.run(shutdown.clone()));
+        }
     }
     let clock = Clock::System;
-    let app =
-        Application::build(&settings, pool.clone(), clock, shutdown.clone(), deliveries).await?;
+    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), workers).await?;
     let served = app.run_until_stopped().await;
     // Whatever stopped the server stops the drainer too (soft stop, then hard).
     shutdown.cancel();

@@ -11,17 +11,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::ServeSettings;
-use crate::http::metrics::Metrics;
+use crate::http::metrics::{Metrics, WorkerStats};
 use crate::http::serve::{self, ConnectionLimits};
 use crate::http::{self, AppState, Limits};
 use crate::ingest::Ingestor;
 use crate::outbox::retry::RetryPolicy;
-use crate::outbox::worker::{DrainerStats, LEASE_MARGIN};
+use crate::outbox::worker::LEASE_MARGIN;
 use crate::outbox::{Drainer, DrainerSettings};
 use crate::providers::Providers;
 use crate::sinks::Sink;
 use crate::sinks::http::HttpSink;
 use crate::sinks::log::LogSink;
+use crate::sweep::api::{Api, Auth};
+use crate::sweep::schedule::Sweeper;
 
 pub struct Application {
     listener: TcpListener,
@@ -33,13 +35,13 @@ pub struct Application {
 
 impl Application {
     /// Binds the listener (port 0 picks a free one) and builds the router.
-    /// `deliveries`: the counters of this process's drainer, for `/metrics`.
+    /// `workers`: the counters of this process's drainer and sweep, for `/metrics`.
     pub async fn build(
         settings: &ServeSettings,
         pool: PgPool,
         clock: Clock,
         shutdown: CancellationToken,
-        deliveries: Option<Arc<DrainerStats>>,
+        workers: WorkerStats,
     ) -> anyhow::Result<Self> {
         let providers = Providers::from_settings(settings)?;
         if providers.names().is_empty() {
@@ -50,7 +52,7 @@ impl Application {
             ingestor: Ingestor::start(pool.clone(), settings.batch()),
             pool,
             providers,
-            metrics: Arc::new(Metrics::new(deliveries)),
+            metrics: Arc::new(Metrics::new(workers)),
             clock,
             shutdown: shutdown.clone(),
         };
@@ -122,6 +124,47 @@ fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> ConnectionLimit
         max_header_bytes: usize::try_from(configured.max_header_bytes).unwrap_or(usize::MAX),
         max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
     }
+}
+
+/// The periodic sweep `serve` runs in a draining process, when it is on
+/// (`WEBHOOKD_SWEEP_INTERVAL` above zero) and `STRIPE_API_KEY` is set.
+pub fn sweeper(
+    settings: &ServeSettings,
+    pool: PgPool,
+    clock: Clock,
+) -> anyhow::Result<Option<Sweeper>> {
+    use secrecy::ExposeSecret;
+    let sweep = &settings.sweep;
+    let key = sweep
+        .stripe
+        .stripe_api_key
+        .as_ref()
+        .filter(|key| !key.expose_secret().trim().is_empty());
+    let (Some(key), false) = (key, sweep.sweep_interval.is_zero()) else {
+        tracing::info!(
+            "periodic sweep off (needs STRIPE_API_KEY and WEBHOOKD_SWEEP_INTERVAL above 0)"
+        );
+        return Ok(None);
+    };
+    let api = Api::new(
+        crate::providers::stripe::PROVIDER,
+        &sweep.stripe.stripe_api_base,
+        &Auth::Bearer(key.clone()),
+        sweep.stripe.rate,
+        crate::sweep::stripe::UNAUTHORIZED_HINT,
+    )?;
+    let window = sweep
+        .sweep_window
+        .unwrap_or(crate::sweep::stripe::DEFAULT_WINDOW);
+    tracing::info!(interval = ?sweep.sweep_interval, ?window, "periodic sweep of Stripe on");
+    Ok(Some(Sweeper {
+        pool,
+        api,
+        interval: sweep.sweep_interval,
+        window,
+        clock,
+        stats: Arc::default(),
+    }))
 }
 
 /// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`

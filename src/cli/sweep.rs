@@ -28,7 +28,7 @@ pub async fn sweep(
     } else {
         Mode::Apply
     };
-    let summary = sweep::stripe::sweep(&mut api, pool, mode, since, until).await?;
+    let summary = sweep::stripe::sweep(&mut api, pool, mode, (since, until), None).await?;
     if mode == Mode::Apply && summary.recovered > 0 {
         tracing::warn!(
             provider = summary.provider,
@@ -56,7 +56,7 @@ pub async fn import(
             } else {
                 Mode::Import
             };
-            let summary = sweep::stripe::sweep(&mut api, pool, mode, since, until).await?;
+            let summary = sweep::stripe::sweep(&mut api, pool, mode, (since, until), None).await?;
             serde_json::to_string(&Imported::from(summary))?
         }
         (None, Some(provider), Some(path)) => {

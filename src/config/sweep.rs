@@ -33,7 +33,11 @@ pub struct StripeApiArgs {
     pub stripe_api_key: Option<SecretString>,
     /// Stripe's API base: `https://` (plain `http://` only on a loopback
     /// address, for tests).
-    #[arg(long, env = "WEBHOOKD_STRIPE_API_BASE", default_value = crate::sweep::stripe::DEFAULT_API_BASE)]
+    #[arg(
+        long,
+        env = "WEBHOOKD_STRIPE_API_BASE",
+        default_value = "https://api.stripe.com"
+    )]
     pub stripe_api_base: String,
     /// Most requests a second to the provider's API (Stripe allows more;
     /// this leaves room for the application's own calls).
@@ -65,6 +69,21 @@ pub struct ImportArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub api: StripeApiArgs,
+}
+
+/// The periodic sweep `serve` runs in every process that drains the outbox.
+#[derive(Debug, Clone, Args)]
+pub struct PeriodicSweepArgs {
+    /// How often to sweep each provider whose API key is configured; `0`
+    /// turns the periodic sweep off.
+    #[arg(long, env = "WEBHOOKD_SWEEP_INTERVAL", value_parser = humantime::parse_duration, default_value = "10m")]
+    pub sweep_interval: Duration,
+    /// How far back a periodic sweep reaches at most (default: `72h` for
+    /// Stripe, which retries a delivery for three days).
+    #[arg(long, env = "WEBHOOKD_SWEEP_WINDOW", value_parser = humantime::parse_duration)]
+    pub sweep_window: Option<Duration>,
+    #[command(flatten)]
+    pub stripe: StripeApiArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -17,6 +17,7 @@ use super::AppState;
 use crate::ingest::batch::BatchStats;
 use crate::outbox::store;
 use crate::outbox::worker::DrainerStats;
+use crate::sweep::schedule::SweepStats;
 
 /// Upper bounds (seconds) of the ingest latency histogram.
 const BUCKETS: [f64; 13] = [
@@ -37,19 +38,69 @@ struct Registry {
     ingest: BTreeMap<String, Histogram>,
 }
 
+/// The counters of this process's background tasks, when it runs them.
+#[derive(Debug, Default, Clone)]
+pub struct WorkerStats {
+    /// The outbox drainer's.
+    pub deliveries: Option<Arc<DrainerStats>>,
+    /// The periodic sweep's.
+    pub sweeps: Option<Arc<SweepStats>>,
+}
+
 /// The process's counters. Cheap to share.
 #[derive(Debug, Default)]
 pub struct Metrics {
     registry: Mutex<Registry>,
     deliveries: Option<Arc<DrainerStats>>,
+    sweeps: Option<Arc<SweepStats>>,
 }
 
 impl Metrics {
-    /// `deliveries`: the drainer's counters, when this process drains.
-    pub fn new(deliveries: Option<Arc<DrainerStats>>) -> Self {
+    pub fn new(workers: WorkerStats) -> Self {
         Metrics {
             registry: Mutex::default(),
-            deliveries,
+            deliveries: workers.deliveries,
+            sweeps: workers.sweeps,
+        }
+    }
+
+    /// The sweep's counters (this process's runs) and each provider's last
+    /// successful sweep (any process's, from the `sweeps` table).
+    fn render_sweeps(&self, out: &mut String, last_successes: &[(String, i64)]) {
+        if let Some(stats) = &self.sweeps {
+            let provider = crate::providers::stripe::PROVIDER;
+            out.push_str("# HELP webhookd_sweep_runs_total Periodic sweeps run by this process, by result.\n");
+            out.push_str("# TYPE webhookd_sweep_runs_total counter\n");
+            for (result, counter) in [("ok", &stats.runs_ok), ("failed", &stats.runs_failed)] {
+                let n = counter.load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "webhookd_sweep_runs_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
+                );
+            }
+            out.push_str("# HELP webhookd_sweep_events_total Events the sweeps of this process listed, by result.\n");
+            out.push_str("# TYPE webhookd_sweep_events_total counter\n");
+            for (result, counter) in [
+                ("recovered", &stats.recovered),
+                ("already_seen", &stats.already_seen),
+                ("skipped", &stats.skipped),
+            ] {
+                let n = counter.load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "webhookd_sweep_events_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
+                );
+            }
+        }
+        if !last_successes.is_empty() {
+            out.push_str("# HELP webhookd_sweep_last_success_timestamp_seconds When a sweep of the provider last succeeded.\n");
+            out.push_str("# TYPE webhookd_sweep_last_success_timestamp_seconds gauge\n");
+            for (provider, at) in last_successes {
+                let _ = writeln!(
+                    out,
+                    "webhookd_sweep_last_success_timestamp_seconds{{provider=\"{provider}\"}} {at}"
+                );
+            }
         }
     }
 
@@ -213,12 +264,22 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .await
         .ok()
         .and_then(Result::ok);
+    let swept = tokio::time::timeout(
+        Duration::from_secs(2),
+        crate::sweep::store::last_successes(&state.pool),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default();
+    let mut body = state.metrics.render(depth, state.ingestor.batch_stats());
+    state.metrics.render_sweeps(&mut body, &swept);
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(depth, state.ingestor.batch_stats()),
+        body,
     )
         .into_response()
 }

@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use crate::effects::{self, Outcome};
 use crate::error::ApiError;
 use crate::providers::VerifiedEvent;
-use crate::{db, events};
+use crate::{db, events, outbox};
 use batch::{BatchSettings, Batcher};
 
 /// Applies verified events: plain credits (the hot path) through the group
@@ -84,6 +84,30 @@ async fn apply_once(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sql
     .await?;
     tx.commit().await?;
     Ok(receipt(applied.outcome, event))
+}
+
+/// The topic of the row a sweep writes when it recovered events that were
+/// never delivered.
+pub const DELIVERY_GAP: &str = "webhookd.delivery_gap";
+
+/// Records a sweep's finding (`payload`: provider, count, window) as an
+/// event of webhookd's own, `delivery_gap:{until}`, with its
+/// [`DELIVERY_GAP`] outbox row, in one transaction.
+pub async fn announce_delivery_gap(
+    pool: &PgPool,
+    provider: &str,
+    until: i64,
+    payload: &serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    let event_id = format!("delivery_gap:{until}");
+    let mut tx = pool.begin().await?;
+    if !events::claim_own(&mut tx, provider, &event_id, DELIVERY_GAP, payload).await? {
+        return Ok(());
+    }
+    let outbox_id = outbox::enqueue(&mut tx, DELIVERY_GAP, provider, &event_id, payload).await?;
+    let detail = serde_json::json!({ "outbox_id": outbox_id });
+    events::record_outcome(&mut tx, provider, &event_id, Outcome::Processed, &detail).await?;
+    tx.commit().await
 }
 
 /// Records `event` as `rejected` for `poison`, without effects. When the

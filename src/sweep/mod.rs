@@ -8,6 +8,8 @@
 //! them already.
 
 pub mod api;
+pub mod schedule;
+pub mod store;
 pub mod stripe;
 
 use std::time::Duration;

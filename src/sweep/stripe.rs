@@ -6,18 +6,21 @@
 //! at a time, and a slice that holds more than [`SLICE_EVENTS`] events is
 //! split in two and read again (a slice of one second is read whole).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
-use super::{Mode, Summary};
+use super::{Mode, Summary, store};
 use crate::effects::stripe::HANDLED_TYPES;
 use crate::providers::stripe::{PROVIDER, listed_event};
 
-/// Where Stripe's API lives.
-pub const DEFAULT_API_BASE: &str = "https://api.stripe.com";
+/// How far back a periodic sweep reaches: Stripe retries a delivery for
+/// three days.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
 /// Said when Stripe refuses the key.
 pub const UNAUTHORIZED_HINT: &str =
@@ -46,13 +49,15 @@ struct Listed {
 }
 
 /// Sweeps `[since, until)` (Unix seconds): lists Stripe's events of the
-/// handled types and applies, counts or imports them ([`Mode`]).
+/// handled types and applies, counts or imports them ([`Mode`]). With
+/// `checkpoint` (the periodic sweep's lease), the `sweeps` row advances
+/// past each slice once it is applied, and the lease is renewed.
 pub async fn sweep(
     api: &mut Api,
     pool: &PgPool,
     mode: Mode,
-    since: i64,
-    until: i64,
+    (since, until): (i64, i64),
+    checkpoint: Option<Duration>,
 ) -> anyhow::Result<Summary> {
     let mut summary = Summary {
         provider: PROVIDER,
@@ -84,6 +89,9 @@ pub async fn sweep(
             }
         }
         super::apply(pool, mode, events, &mut summary).await?;
+        if let Some(lease) = checkpoint {
+            store::advance(pool, PROVIDER, to, lease).await?;
+        }
     }
     summary.requests = api.requests;
     Ok(summary)

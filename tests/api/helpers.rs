@@ -81,9 +81,15 @@ pub async fn spawn_app_with(
     configure(&mut settings);
 
     let shutdown = CancellationToken::new();
-    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), None)
-        .await
-        .expect("the application builds");
+    let app = Application::build(
+        &settings,
+        pool.clone(),
+        clock,
+        shutdown.clone(),
+        Default::default(),
+    )
+    .await
+    .expect("the application builds");
     let address = format!("http://{}", app.local_addr());
     tokio::spawn(app.run_until_stopped());
     TestApp {
