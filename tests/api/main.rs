@@ -1,5 +1,6 @@
 mod arbitrary;
 mod batch;
+mod fake_stripe;
 mod fuzz;
 mod helpers;
 mod hostile;
@@ -13,4 +14,5 @@ mod razorpay;
 mod schemes;
 mod signature;
 mod stripe;
+mod sweep;
 mod telemetry;
