@@ -226,11 +226,11 @@ fn stripe_api(args: &StripeApiArgs) -> anyhow::Result<Api> {
     )
 }
 
-/// `[now - since, now)` in Unix seconds.
+/// `[now - since, now]` in Unix seconds (the current second included).
 fn window(clock: &Clock, since: std::time::Duration) -> (i64, i64) {
-    let until = clock.now();
+    let now = clock.now();
     let since = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
-    (until.saturating_sub(since).max(0), until)
+    (now.saturating_sub(since).max(0), now + 1)
 }
 
 #[cfg(test)]

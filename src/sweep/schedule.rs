@@ -79,7 +79,8 @@ impl Sweeper {
                 return;
             }
         };
-        let until = self.clock.now();
+        // The current second included: the next run starts well before it.
+        let until = self.clock.now() + 1;
         let floor = until - secs(self.window);
         let since = checkpoint.map_or(floor, |swept| (swept - secs(OVERLAP)).max(floor));
         let swept = super::stripe::sweep(

@@ -15,4 +15,5 @@ mod schemes;
 mod signature;
 mod stripe;
 mod sweep;
+mod sweep_properties;
 mod telemetry;

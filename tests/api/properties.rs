@@ -19,14 +19,14 @@ use crate::helpers::{
     RAZORPAY_SECRETS, TestApp, charge, now, payment_intent_succeeded, spawn_app, subscription,
 };
 
-const AMOUNT: i64 = 1000;
+pub(crate) const AMOUNT: i64 = 1000;
 /// Stripe's refund events carry the charge's cumulative refunded amount.
-const REFUNDS: [i64; 2] = [300, 700];
+pub(crate) const REFUNDS: [i64; 2] = [300, 700];
 /// Razorpay's each carry their own.
 const RAZORPAY_REFUNDS: [i64; 2] = [300, 400];
 
 #[derive(Debug, Clone, Copy)]
-enum Provider {
+pub(crate) enum Provider {
     Stripe,
     Razorpay,
 }
@@ -80,7 +80,7 @@ impl Provider {
     }
 }
 
-fn stripe_history(case: usize, t0: i64) -> Vec<(String, String)> {
+pub(crate) fn stripe_history(case: usize, t0: i64) -> Vec<(String, String)> {
     let id = |name: &str| format!("evt_{case}_{name}");
     let (intent, charge_id, user, sub) = (
         format!("pi_{case}"),
@@ -224,7 +224,7 @@ fn deliveries(events: usize) -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> 
 
 /// Balance, payment status and refunded amount, subscription status, events
 /// recorded, events still deferred.
-async fn state(
+pub(crate) async fn state(
     app: &TestApp,
     provider: Provider,
     case: usize,
