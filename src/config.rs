@@ -15,7 +15,8 @@ mod connections;
 mod sweep;
 pub use connections::ConnectionSettings;
 pub use sweep::{
-    ImportArgs, ImportSource, PeriodicSweepArgs, StripeApiArgs, StripeSweepArgs, SweepCommand,
+    ImportArgs, ImportSource, PeriodicSweepArgs, RazorpayApiArgs, RazorpaySweepArgs, StripeApiArgs,
+    StripeSweepArgs, SweepCommand,
 };
 
 #[derive(Debug, Parser)]

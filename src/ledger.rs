@@ -127,6 +127,27 @@ pub async fn find(
     .await
 }
 
+/// Which of `source_refs` have an entry of `kind` under `provider`.
+pub async fn existing(
+    pool: &sqlx::PgPool,
+    provider: &str,
+    kind: EntryKind,
+    source_refs: &[String],
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    let found = sqlx::query_scalar!(
+        r#"
+        select source_ref from wallet_entries
+        where provider = $1 and kind = $2 and source_ref = any($3::text[])
+        "#,
+        provider,
+        kind.as_str(),
+        source_refs,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(found.into_iter().collect())
+}
+
 /// What was already debited against a credit: in all, and for the refund
 /// entries of one charge (`of_charge`): those keyed exactly
 /// `{charge}:{digits}`, never by a prefix (charge `ch_1` owns `ch_1:500`,

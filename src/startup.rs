@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::ServeSettings;
+use crate::config::{RazorpayApiArgs, StripeApiArgs};
 use crate::http::metrics::{Metrics, WorkerStats};
 use crate::http::serve::{self, ConnectionLimits};
 use crate::http::{self, AppState, Limits};
@@ -23,7 +25,7 @@ use crate::sinks::Sink;
 use crate::sinks::http::HttpSink;
 use crate::sinks::log::LogSink;
 use crate::sweep::api::{Api, Auth};
-use crate::sweep::schedule::Sweeper;
+use crate::sweep::schedule::{Sweeper, Target};
 
 pub struct Application {
     listener: TcpListener,
@@ -127,50 +129,100 @@ fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> ConnectionLimit
 }
 
 /// The periodic sweep `serve` runs in a draining process, when it is on
-/// (`WEBHOOKD_SWEEP_INTERVAL` above zero) and `STRIPE_API_KEY` is set.
+/// (`WEBHOOKD_SWEEP_INTERVAL` above zero), of each provider whose API key
+/// is set (`STRIPE_API_KEY`; `RAZORPAY_KEY_ID` and `RAZORPAY_KEY_SECRET`).
 pub fn sweeper(
     settings: &ServeSettings,
     pool: PgPool,
     clock: Clock,
 ) -> anyhow::Result<Option<Sweeper>> {
-    use secrecy::ExposeSecret;
     let sweep = &settings.sweep;
-    let key = sweep
-        .stripe
+    if sweep.sweep_interval.is_zero() {
+        tracing::info!("periodic sweep off (WEBHOOKD_SWEEP_INTERVAL=0)");
+        return Ok(None);
+    }
+    let mut targets = Vec::new();
+    let stripe_key = sweep.stripe.stripe_api_key.as_ref();
+    if stripe_key.is_some_and(|key| !key.expose_secret().trim().is_empty()) {
+        targets.push(Target {
+            provider: crate::providers::stripe::PROVIDER,
+            api: stripe_api(&sweep.stripe)?,
+            window: sweep
+                .sweep_window
+                .unwrap_or(crate::sweep::stripe::DEFAULT_WINDOW),
+        });
+    }
+    if sweep.razorpay.razorpay_key_id.is_some() && sweep.razorpay.razorpay_key_secret.is_some() {
+        targets.push(Target {
+            provider: crate::providers::razorpay::PROVIDER,
+            api: razorpay_api(&sweep.razorpay)?,
+            window: sweep
+                .sweep_window
+                .unwrap_or(crate::sweep::razorpay::DEFAULT_WINDOW),
+        });
+    }
+    if targets.is_empty() {
+        tracing::info!("periodic sweep off: no provider API key (STRIPE_API_KEY, RAZORPAY_KEY_ID)");
+        return Ok(None);
+    }
+    let providers: Vec<&str> = targets.iter().map(|t| t.provider).collect();
+    tracing::info!(interval = ?sweep.sweep_interval, ?providers, "periodic sweep on");
+    Ok(Some(Sweeper::new(
+        pool,
+        targets,
+        sweep.sweep_interval,
+        clock,
+    )))
+}
+
+/// Razorpay's API, paced at [`RAZORPAY_RATE`] requests a second.
+pub fn razorpay_api(args: &RazorpayApiArgs) -> anyhow::Result<Api> {
+    let (Some(user), Some(password)) = (
+        args.razorpay_key_id
+            .as_ref()
+            .filter(|id| !id.trim().is_empty()),
+        args.razorpay_key_secret
+            .as_ref()
+            .filter(|secret| !secret.expose_secret().trim().is_empty()),
+    ) else {
+        anyhow::bail!("RAZORPAY_KEY_ID and RAZORPAY_KEY_SECRET are needed to read Razorpay's API");
+    };
+    Api::new(
+        crate::providers::razorpay::PROVIDER,
+        &args.razorpay_api_base,
+        &Auth::Basic {
+            user: user.clone(),
+            password: password.clone(),
+        },
+        RAZORPAY_RATE,
+        crate::sweep::razorpay::UNAUTHORIZED_HINT,
+    )
+}
+
+/// Requests a second to Razorpay's API.
+pub const RAZORPAY_RATE: u32 = 10;
+
+/// Stripe's API, paced at `WEBHOOKD_SWEEP_RATE` requests a second.
+pub fn stripe_api(args: &StripeApiArgs) -> anyhow::Result<Api> {
+    let key = args
         .stripe_api_key
         .as_ref()
-        .filter(|key| !key.expose_secret().trim().is_empty());
-    let (Some(key), false) = (key, sweep.sweep_interval.is_zero()) else {
-        tracing::info!(
-            "periodic sweep off (needs STRIPE_API_KEY and WEBHOOKD_SWEEP_INTERVAL above 0)"
-        );
-        return Ok(None);
-    };
-    let api = Api::new(
+        .filter(|key| !key.expose_secret().trim().is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!("STRIPE_API_KEY is not set (a key with read access to Events)")
+        })?;
+    Api::new(
         crate::providers::stripe::PROVIDER,
-        &sweep.stripe.stripe_api_base,
+        &args.stripe_api_base,
         &Auth::Bearer(key.clone()),
-        sweep.stripe.rate,
+        args.rate,
         crate::sweep::stripe::UNAUTHORIZED_HINT,
-    )?;
-    let window = sweep
-        .sweep_window
-        .unwrap_or(crate::sweep::stripe::DEFAULT_WINDOW);
-    tracing::info!(interval = ?sweep.sweep_interval, ?window, "periodic sweep of Stripe on");
-    Ok(Some(Sweeper {
-        pool,
-        api,
-        interval: sweep.sweep_interval,
-        window,
-        clock,
-        stats: Arc::default(),
-    }))
+    )
 }
 
 /// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`
 /// is set (it then needs `WEBHOOKD_SINK_SECRET`), else the `log` sink.
 pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::Result<Drainer> {
-    use secrecy::ExposeSecret;
     let outbox = &settings.outbox;
     // An empty variable (as `${VAR:-}` in compose files gives) means unset.
     let set = |value: &Option<secrecy::SecretString>| {

@@ -3,15 +3,14 @@
 use std::io::Write;
 use std::path::Path;
 
-use secrecy::ExposeSecret;
 use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::clock::Clock;
-use crate::config::{ImportArgs, ImportSource, StripeApiArgs, SweepCommand};
+use crate::config::{ImportArgs, ImportSource, SweepCommand};
 use crate::events::{self, ImportRow};
 use crate::providers::{UNKNOWN_TYPE, is_identifier};
-use crate::sweep::api::{Api, Auth};
+use crate::startup;
 use crate::sweep::{self, Mode, Summary};
 
 pub async fn sweep(
@@ -20,15 +19,21 @@ pub async fn sweep(
     clock: &Clock,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let SweepCommand::Stripe(args) = command;
-    let mut api = stripe_api(&args.api)?;
-    let (since, until) = window(clock, args.since);
-    let mode = if args.dry_run {
-        Mode::DryRun
-    } else {
-        Mode::Apply
+    let mode = |dry_run| if dry_run { Mode::DryRun } else { Mode::Apply };
+    let summary = match command {
+        SweepCommand::Stripe(args) => {
+            let mut api = startup::stripe_api(&args.api)?;
+            let window = window(clock, args.since);
+            sweep::stripe::sweep(&mut api, pool, mode(args.dry_run), window, None).await?
+        }
+        SweepCommand::Razorpay(args) => {
+            let mut api = startup::razorpay_api(&args.api)?;
+            let (since, _) = window(clock, args.since);
+            let until = clock.now() - sweep::razorpay::SETTLE_SECS;
+            sweep::razorpay::sweep(&mut api, pool, mode(args.dry_run), (since, until), None).await?
+        }
     };
-    let summary = sweep::stripe::sweep(&mut api, pool, mode, (since, until), None).await?;
+    let mode = mode(summary.dry_run);
     if mode == Mode::Apply && summary.recovered > 0 {
         tracing::warn!(
             provider = summary.provider,
@@ -49,7 +54,7 @@ pub async fn import(
 ) -> anyhow::Result<()> {
     let line = match (args.source, &args.provider, &args.from_csv) {
         (Some(ImportSource::Stripe), _, _) => {
-            let mut api = stripe_api(&args.api)?;
+            let mut api = startup::stripe_api(&args.api)?;
             let (since, until) = window(clock, args.since);
             let mode = if args.dry_run {
                 Mode::DryRun
@@ -207,23 +212,6 @@ fn unix_time(text: &str) -> Option<i64> {
         }
     };
     crate::providers::is_unix_time(seconds).then_some(seconds)
-}
-
-fn stripe_api(args: &StripeApiArgs) -> anyhow::Result<Api> {
-    let key = args
-        .stripe_api_key
-        .as_ref()
-        .filter(|key| !key.expose_secret().trim().is_empty())
-        .ok_or_else(|| {
-            anyhow::anyhow!("STRIPE_API_KEY is not set (a key with read access to Events)")
-        })?;
-    Api::new(
-        crate::providers::stripe::PROVIDER,
-        &args.stripe_api_base,
-        &Auth::Bearer(key.clone()),
-        args.rate,
-        sweep::stripe::UNAUTHORIZED_HINT,
-    )
 }
 
 /// `[now - since, now]` in Unix seconds (the current second included).

@@ -11,6 +11,40 @@ pub enum SweepCommand {
     /// List Stripe's events (`GET /v1/events`) of the window and apply those
     /// never delivered, through the same path as a webhook.
     Stripe(StripeSweepArgs),
+    /// List Razorpay's payments and refunds of the window (it has no events
+    /// API) and apply those never credited or debited.
+    Razorpay(RazorpaySweepArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RazorpaySweepArgs {
+    /// How far back to look (e.g. `24h`: Razorpay retries a delivery for a day).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
+    pub since: Duration,
+    /// List and count; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub api: RazorpayApiArgs,
+}
+
+/// How to reach Razorpay's API.
+#[derive(Debug, Clone, Args)]
+pub struct RazorpayApiArgs {
+    /// The API key id (`rzp_live_…`).
+    #[arg(long, env = "RAZORPAY_KEY_ID")]
+    pub razorpay_key_id: Option<String>,
+    /// The API key secret.
+    #[arg(long, env = "RAZORPAY_KEY_SECRET", hide_env_values = true)]
+    pub razorpay_key_secret: Option<SecretString>,
+    /// Razorpay's API base: `https://` (plain `http://` only on a loopback
+    /// address, for tests).
+    #[arg(
+        long,
+        env = "WEBHOOKD_RAZORPAY_API_BASE",
+        default_value = "https://api.razorpay.com"
+    )]
+    pub razorpay_api_base: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -79,11 +113,13 @@ pub struct PeriodicSweepArgs {
     #[arg(long, env = "WEBHOOKD_SWEEP_INTERVAL", value_parser = humantime::parse_duration, default_value = "10m")]
     pub sweep_interval: Duration,
     /// How far back a periodic sweep reaches at most (default: `72h` for
-    /// Stripe, which retries a delivery for three days).
+    /// Stripe, which retries a delivery for three days; `24h` for Razorpay).
     #[arg(long, env = "WEBHOOKD_SWEEP_WINDOW", value_parser = humantime::parse_duration)]
     pub sweep_window: Option<Duration>,
     #[command(flatten)]
     pub stripe: StripeApiArgs,
+    #[command(flatten)]
+    pub razorpay: RazorpayApiArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -68,28 +68,33 @@ impl Metrics {
     /// successful sweep (any process's, from the `sweeps` table).
     fn render_sweeps(&self, out: &mut String, last_successes: &[(String, i64)]) {
         if let Some(stats) = &self.sweeps {
-            let provider = crate::providers::stripe::PROVIDER;
             out.push_str("# HELP webhookd_sweep_runs_total Periodic sweeps run by this process, by result.\n");
             out.push_str("# TYPE webhookd_sweep_runs_total counter\n");
-            for (result, counter) in [("ok", &stats.runs_ok), ("failed", &stats.runs_failed)] {
-                let n = counter.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "webhookd_sweep_runs_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
-                );
+            for (provider, counters) in &stats.providers {
+                for (result, counter) in
+                    [("ok", &counters.runs_ok), ("failed", &counters.runs_failed)]
+                {
+                    let n = counter.load(Ordering::Relaxed);
+                    let _ = writeln!(
+                        out,
+                        "webhookd_sweep_runs_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
+                    );
+                }
             }
             out.push_str("# HELP webhookd_sweep_events_total Events the sweeps of this process listed, by result.\n");
             out.push_str("# TYPE webhookd_sweep_events_total counter\n");
-            for (result, counter) in [
-                ("recovered", &stats.recovered),
-                ("already_seen", &stats.already_seen),
-                ("skipped", &stats.skipped),
-            ] {
-                let n = counter.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "webhookd_sweep_events_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
-                );
+            for (provider, counters) in &stats.providers {
+                for (result, counter) in [
+                    ("recovered", &counters.recovered),
+                    ("already_seen", &counters.already_seen),
+                    ("skipped", &counters.skipped),
+                ] {
+                    let n = counter.load(Ordering::Relaxed);
+                    let _ = writeln!(
+                        out,
+                        "webhookd_sweep_events_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
+                    );
+                }
             }
         }
         if !last_successes.is_empty() {

@@ -61,6 +61,18 @@ impl Verify for RazorpayVerifier {
 }
 
 /// Parses a Razorpay envelope: `event`, `created_at`, `contains`, `payload`.
+/// An event built from entities that Razorpay's API listed to us (over
+/// TLS, with our key): `body` is a `payment.captured` or `refund.processed`
+/// envelope around them, `event_id` the documented synthetic id
+/// (`sweep:{event}:{entity id}`). Trusted like a verified delivery, and
+/// recorded as found by a sweep.
+pub fn listed_event(body: &Bytes, event_id: &str) -> Result<VerifiedEvent, SignatureError> {
+    if !is_identifier(event_id) {
+        return Err(SignatureError::InvalidPayload("no usable event id"));
+    }
+    Ok(parse_event(body, Some(event_id))?.arrived_via(Via::Sweep))
+}
+
 pub(crate) fn parse_event(
     body: &Bytes,
     event_id: Option<&str>,

@@ -8,6 +8,7 @@
 //! them already.
 
 pub mod api;
+pub mod razorpay;
 pub mod schedule;
 pub mod store;
 pub mod stripe;

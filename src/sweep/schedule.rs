@@ -25,9 +25,9 @@ pub const LEASE: Duration = Duration::from_secs(300);
 /// How far before its checkpoint a run starts again.
 pub const OVERLAP: Duration = Duration::from_secs(600);
 
-/// What the periodic sweeps of this process did, for `/metrics`.
+/// What the periodic sweeps of this process did to one provider.
 #[derive(Debug, Default)]
-pub struct SweepStats {
+pub struct Counters {
     pub runs_ok: AtomicU64,
     pub runs_failed: AtomicU64,
     pub recovered: AtomicU64,
@@ -35,17 +35,45 @@ pub struct SweepStats {
     pub skipped: AtomicU64,
 }
 
-/// Sweeps Stripe every `interval` over at most `window`.
+/// What the periodic sweeps of this process did, by provider, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SweepStats {
+    pub providers: Vec<(&'static str, Counters)>,
+}
+
+/// One provider to sweep: its API and how far back to reach.
+pub struct Target {
+    pub provider: &'static str,
+    pub api: Api,
+    pub window: Duration,
+}
+
+/// Sweeps each target every `interval`.
 pub struct Sweeper {
     pub pool: PgPool,
-    pub api: Api,
+    pub targets: Vec<Target>,
     pub interval: Duration,
-    pub window: Duration,
     pub clock: Clock,
     pub stats: Arc<SweepStats>,
 }
 
 impl Sweeper {
+    pub fn new(pool: PgPool, targets: Vec<Target>, interval: Duration, clock: Clock) -> Self {
+        let stats = SweepStats {
+            providers: targets
+                .iter()
+                .map(|t| (t.provider, Counters::default()))
+                .collect(),
+        };
+        Sweeper {
+            pool,
+            targets,
+            interval,
+            clock,
+            stats: Arc::new(stats),
+        }
+    }
+
     /// Runs until `shutdown`; a run in progress is dropped then (its
     /// checkpoint keeps what it applied) and its lease given back.
     pub async fn run(mut self, shutdown: CancellationToken) {
@@ -58,8 +86,10 @@ impl Sweeper {
             }
             tokio::select! {
                 () = shutdown.cancelled() => {
-                    if let Err(error) = store::release(&self.pool, crate::providers::stripe::PROVIDER).await {
-                        tracing::warn!(%error, "could not give the sweep lease back");
+                    for target in &self.targets {
+                        if let Err(error) = store::release(&self.pool, target.provider).await {
+                            tracing::warn!(%error, "could not give the sweep lease back");
+                        }
                     }
                     return;
                 }
@@ -68,9 +98,16 @@ impl Sweeper {
         }
     }
 
-    /// One run, if no other process is sweeping.
+    /// One run of every target that no other process is sweeping.
     pub async fn run_once(&mut self) {
-        let provider = crate::providers::stripe::PROVIDER;
+        for index in 0..self.targets.len() {
+            self.run_target(index).await;
+        }
+    }
+
+    async fn run_target(&mut self, index: usize) {
+        let target = &mut self.targets[index];
+        let provider = target.provider;
         let checkpoint = match store::lease(&self.pool, provider, LEASE).await {
             Ok(Some(checkpoint)) => checkpoint,
             Ok(None) => return, // another process is sweeping it
@@ -81,29 +118,50 @@ impl Sweeper {
         };
         // The current second included: the next run starts well before it.
         let until = self.clock.now() + 1;
-        let floor = until - secs(self.window);
+        let floor = until - secs(target.window);
         let since = checkpoint.map_or(floor, |swept| (swept - secs(OVERLAP)).max(floor));
-        let swept = super::stripe::sweep(
-            &mut self.api,
-            &self.pool,
-            Mode::Apply,
-            (since, until),
-            Some(LEASE),
-        )
-        .await;
+        let window = (since, until);
+        let swept = if provider == crate::providers::razorpay::PROVIDER {
+            let window = (since, until - 1 - super::razorpay::SETTLE_SECS);
+            super::razorpay::sweep(
+                &mut target.api,
+                &self.pool,
+                Mode::Apply,
+                window,
+                Some(LEASE),
+            )
+            .await
+        } else {
+            super::stripe::sweep(
+                &mut target.api,
+                &self.pool,
+                Mode::Apply,
+                window,
+                Some(LEASE),
+            )
+            .await
+        };
+        let counters = &self.stats.providers[index].1;
         let (succeeded, result) = match &swept {
             Ok(summary) => {
-                self.count(summary);
+                counters.runs_ok.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .recovered
+                    .fetch_add(summary.recovered, Ordering::Relaxed);
+                counters
+                    .already_seen
+                    .fetch_add(summary.already_seen, Ordering::Relaxed);
+                counters
+                    .skipped
+                    .fetch_add(summary.skipped, Ordering::Relaxed);
                 (true, json!(summary))
             }
             Err(error) => {
-                self.stats.runs_failed.fetch_add(1, Ordering::Relaxed);
+                counters.runs_failed.fetch_add(1, Ordering::Relaxed);
                 let error = format!("{error:#}");
-                tracing::warn!(provider, error = %telemetry::bounded_to(&error, 2048), "the sweep failed");
-                (
-                    false,
-                    json!({ "error": telemetry::bounded_to(&error, 2048) }),
-                )
+                let error = telemetry::bounded_to(&error, telemetry::MAX_LOGGED_ERROR_BYTES);
+                tracing::warn!(provider, %error, "the sweep failed");
+                (false, json!({ "error": error }))
             }
         };
         if let Ok(summary) = &swept
@@ -114,18 +172,6 @@ impl Sweeper {
         if let Err(error) = store::finish(&self.pool, provider, succeeded, &result).await {
             tracing::warn!(provider, %error, "cannot record the sweep's result");
         }
-    }
-
-    fn count(&self, summary: &Summary) {
-        let stats = &self.stats;
-        stats.runs_ok.fetch_add(1, Ordering::Relaxed);
-        stats
-            .recovered
-            .fetch_add(summary.recovered, Ordering::Relaxed);
-        stats
-            .already_seen
-            .fetch_add(summary.already_seen, Ordering::Relaxed);
-        stats.skipped.fetch_add(summary.skipped, Ordering::Relaxed);
     }
 }
 

@@ -2,14 +2,12 @@
 //! a fake of Stripe's Events API over real HTTP, with effects asserted in
 //! the database.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use webhookd::clock::Clock;
 use webhookd::config::{ImportArgs, ImportSource, StripeApiArgs, StripeSweepArgs, SweepCommand};
 use webhookd::sweep::api::{Api, Auth};
-use webhookd::sweep::schedule::Sweeper;
+use webhookd::sweep::schedule::{Sweeper, Target};
 
 use crate::fake_stripe::{FakeStripe, event};
 use crate::helpers::{TestApp, now, spawn_app};
@@ -445,21 +443,25 @@ async fn imported_events_are_never_applied_and_their_redelivery_is_a_duplicate(p
 }
 
 fn sweeper(app: &TestApp, fake: &FakeStripe) -> Sweeper {
-    Sweeper {
-        pool: app.pool.clone(),
-        api: Api::new(
-            "stripe",
-            &fake.base_url(),
-            &Auth::Bearer(KEY.into()),
-            100,
-            "check it",
-        )
-        .unwrap(),
-        interval: std::time::Duration::from_secs(600),
+    let api = Api::new(
+        "stripe",
+        &fake.base_url(),
+        &Auth::Bearer(KEY.into()),
+        100,
+        "check it",
+    )
+    .unwrap();
+    let target = Target {
+        provider: "stripe",
+        api,
         window: std::time::Duration::from_secs(72 * 3600),
-        clock: Clock::System,
-        stats: Arc::default(),
-    }
+    };
+    Sweeper::new(
+        app.pool.clone(),
+        vec![target],
+        std::time::Duration::from_secs(600),
+        Clock::System,
+    )
 }
 
 #[sqlx::test]
