@@ -152,7 +152,17 @@ pub fn sweeper(
                 .unwrap_or(crate::sweep::stripe::DEFAULT_WINDOW),
         });
     }
-    if sweep.razorpay.razorpay_key_id.is_some() && sweep.razorpay.razorpay_key_secret.is_some() {
+    // An empty variable (as `${VAR:-}` in compose files gives) means unset.
+    let razorpay = &sweep.razorpay;
+    let id_set = razorpay
+        .razorpay_key_id
+        .as_ref()
+        .is_some_and(|id| !id.trim().is_empty());
+    let secret_set = razorpay
+        .razorpay_key_secret
+        .as_ref()
+        .is_some_and(|secret| !secret.expose_secret().trim().is_empty());
+    if id_set && secret_set {
         targets.push(Target {
             provider: crate::providers::razorpay::PROVIDER,
             api: razorpay_api(&sweep.razorpay)?,
