@@ -1,5 +1,6 @@
 mod arbitrary;
 mod batch;
+mod fake_razorpay;
 mod fake_stripe;
 mod fuzz;
 mod helpers;
@@ -16,4 +17,5 @@ mod signature;
 mod stripe;
 mod sweep;
 mod sweep_properties;
+mod sweep_razorpay;
 mod telemetry;
