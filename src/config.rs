@@ -15,8 +15,8 @@ mod connections;
 mod sweep;
 pub use connections::ConnectionSettings;
 pub use sweep::{
-    ImportArgs, ImportSource, PeriodicSweepArgs, RazorpayApiArgs, RazorpaySweepArgs, StripeApiArgs,
-    StripeSweepArgs, SweepCommand,
+    Against, ImportArgs, ImportSource, PeriodicSweepArgs, RazorpayApiArgs, RazorpaySweepArgs,
+    StripeApiArgs, StripeSweepArgs, SweepCommand,
 };
 
 #[derive(Debug, Parser)]
@@ -52,7 +52,7 @@ pub enum Command {
     },
     /// Check that every wallet balance equals the sum of its entries, and that
     /// every entry within the retention window has its event; exit 1 if not.
-    Reconcile(RetentionArgs),
+    Reconcile(Box<ReconcileArgs>),
     /// Delete events and delivered outbox rows older than the retention, in
     /// short batches that never wait on ingest. Dead and deferred rows are kept.
     Prune(PruneArgs),
@@ -92,6 +92,23 @@ impl RetentionArgs {
     pub fn window(&self) -> Duration {
         Duration::from_secs(u64::from(self.retention_days) * 86_400)
     }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Compare the ledger with this provider's succeeded payments and
+    /// refunds of the last `--since` instead (exit 1 on any difference).
+    #[arg(long, value_enum)]
+    pub against: Option<Against>,
+    /// The window `--against` compares.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30d")]
+    pub since: Duration,
+    #[command(flatten)]
+    pub stripe: StripeApiArgs,
+    #[command(flatten)]
+    pub razorpay: RazorpayApiArgs,
 }
 
 #[derive(Debug, Clone, Args)]

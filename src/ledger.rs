@@ -127,6 +127,46 @@ pub async fn find(
     .await
 }
 
+/// A credit, with what was debited against it since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credited {
+    pub source_ref: String,
+    pub user_id: String,
+    pub currency: String,
+    pub amount_minor: i64,
+    pub refunded_minor: i64,
+}
+
+/// `provider`'s credits keyed by one of `source_refs`, or made in
+/// `[since, until)` (Unix seconds), each with its refunds' total.
+pub async fn credits_for_audit(
+    pool: &sqlx::PgPool,
+    provider: &str,
+    source_refs: &[String],
+    since: i64,
+    until: i64,
+) -> Result<Vec<Credited>, sqlx::Error> {
+    sqlx::query_as!(
+        Credited,
+        r#"
+        select c.source_ref, c.user_id, c.currency, c.amount_minor,
+               coalesce((select -sum(r.amount_minor) from wallet_entries r
+                         where r.provider = c.provider and r.kind = 'refund'
+                           and r.parent_ref = c.source_ref), 0)::bigint as "refunded_minor!"
+        from wallet_entries c
+        where c.provider = $1 and c.kind = 'credit'
+          and (c.source_ref = any($2::text[])
+               or (c.created_at >= to_timestamp($3::bigint) and c.created_at < to_timestamp($4::bigint)))
+        "#,
+        provider,
+        source_refs,
+        since,
+        until,
+    )
+    .fetch_all(pool)
+    .await
+}
+
 /// Which of `source_refs` have an entry of `kind` under `provider`.
 pub async fn existing(
     pool: &sqlx::PgPool,

@@ -63,8 +63,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             anyhow::ensure!(found, "nothing found for {subject}");
             Ok(())
         }
-        Some(Command::Reconcile(retention)) => {
-            let ok = webhookd::cli::reconcile::run(&pool, &retention, out).await?;
+        Some(Command::Reconcile(args)) => {
+            let ok = match args.against {
+                Some(against) => {
+                    webhookd::cli::reconcile::against(&pool, &args, against, &Clock::System, out)
+                        .await?
+                }
+                None => webhookd::cli::reconcile::run(&pool, &args.retention, out).await?,
+            };
             anyhow::ensure!(ok, "the ledger does not reconcile");
             Ok(())
         }

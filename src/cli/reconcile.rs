@@ -1,18 +1,47 @@
 //! `webhookd reconcile`: every wallet balance equals the sum of its entries,
-//! and every entry within the retention window has its event.
+//! and every entry within the retention window has its event. With
+//! `--against stripe|razorpay`: the ledger against the provider's payments.
 
 use std::io::Write;
 
 use sqlx::PgPool;
 
 use crate::clock::Clock;
-use crate::config::RetentionArgs;
-use crate::ledger;
+use crate::config::{Against, ReconcileArgs};
+use crate::{ledger, startup, sweep};
+
+/// `reconcile --against`: Ok(true) when the ledger and the provider agree;
+/// each difference is printed, then one JSON line.
+pub async fn against(
+    pool: &PgPool,
+    args: &ReconcileArgs,
+    against: Against,
+    clock: &Clock,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
+    let now = clock.now();
+    let since = now.saturating_sub(i64::try_from(args.since.as_secs()).unwrap_or(i64::MAX));
+    let report = match against {
+        Against::Stripe => {
+            let mut api = startup::stripe_api(&args.stripe)?;
+            sweep::audit::stripe(&mut api, pool, (since, now + 1)).await?
+        }
+        Against::Razorpay => {
+            let mut api = startup::razorpay_api(&args.razorpay)?;
+            sweep::audit::razorpay(&mut api, pool, (since, now + 1)).await?
+        }
+    };
+    for finding in &report.findings {
+        writeln!(out, "{finding}")?;
+    }
+    writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    Ok(report.ok())
+}
 
 /// Ok(true) when everything reconciles; mismatches are printed.
 pub async fn run(
     pool: &PgPool,
-    retention: &RetentionArgs,
+    retention: &crate::config::RetentionArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
     let mut conn = pool.acquire().await?;

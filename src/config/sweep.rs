@@ -122,6 +122,13 @@ pub struct PeriodicSweepArgs {
     pub razorpay: RazorpayApiArgs,
 }
 
+/// Which provider `reconcile --against` compares the ledger with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Against {
+    Stripe,
+    Razorpay,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ImportSource {
     Stripe,

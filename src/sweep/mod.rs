@@ -8,6 +8,7 @@
 //! them already.
 
 pub mod api;
+pub mod audit;
 pub mod razorpay;
 pub mod schedule;
 pub mod store;

@@ -42,6 +42,10 @@ struct Shared {
     key: String,
     /// In list order: `created` descending, then `id` descending.
     events: Vec<Value>,
+    /// Payment intents and refunds (`GET /v1/payment_intents`, `/v1/refunds`),
+    /// in the same order.
+    payment_intents: Vec<Value>,
+    refunds: Vec<Value>,
     failures: VecDeque<(u16, Option<u64>)>,
     requests: Vec<Request>,
     /// Pages served, the count at which to start holding, requests held now.
@@ -56,7 +60,11 @@ impl FakeStripe {
     pub async fn start(key: &str, events: Vec<Value>) -> FakeStripe {
         let state = Arc::new(watch::Sender::new(Shared::default()));
         state.send_modify(|s| s.key = key.to_owned());
-        let app = Router::new().route("/v1/events", get(list_events));
+        let app = Router::new()
+            .route("/v1/events", get(list_events))
+            .route("/v1/payment_intents", get(list_payment_intents))
+            .route("/v1/payment_intents/{id}", get(retrieve_payment_intent))
+            .route("/v1/refunds", get(list_refunds));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (address, shutdown) = (listener.local_addr().unwrap(), CancellationToken::new());
         let server = axum::serve(listener, app.with_state(state.clone()));
@@ -83,6 +91,17 @@ impl FakeStripe {
             s.events.push(event);
             s.events.sort_by_key(|e| std::cmp::Reverse(order(e)));
         });
+    }
+
+    /// Adds a payment intent (`GET /v1/payment_intents`, and by id).
+    pub fn add_payment_intent(&self, intent: Value) {
+        self.state
+            .send_modify(|s| insert(&mut s.payment_intents, intent));
+    }
+
+    /// Adds a refund object (`GET /v1/refunds`).
+    pub fn add_refund(&self, refund: Value) {
+        self.state.send_modify(|s| insert(&mut s.refunds, refund));
     }
 
     /// Answers the next `times` requests, before any other check, with
@@ -121,6 +140,89 @@ impl Drop for FakeStripe {
     fn drop(&mut self) {
         self.release();
         self.shutdown.cancel();
+    }
+}
+
+/// Inserts `object` in list order (`created`, then `id`, descending).
+fn insert(list: &mut Vec<Value>, object: Value) {
+    let order = |e: &Value| (e["created"].as_i64(), e["id"].as_str().map(str::to_owned));
+    list.push(object);
+    list.sort_by_key(|e| std::cmp::Reverse(order(e)));
+}
+
+async fn list_payment_intents(
+    State(state): State<Arc<watch::Sender<Shared>>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    list_objects(
+        &state,
+        &headers,
+        raw,
+        |s| &s.payment_intents,
+        "/v1/payment_intents",
+    )
+}
+
+async fn list_refunds(
+    State(state): State<Arc<watch::Sender<Shared>>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    list_objects(&state, &headers, raw, |s| &s.refunds, "/v1/refunds")
+}
+
+/// A list of other objects than events: the same paging, no types, no
+/// injected failures or pauses.
+fn list_objects(
+    state: &watch::Sender<Shared>,
+    headers: &HeaderMap,
+    raw: Option<String>,
+    of: fn(&Shared) -> &Vec<Value>,
+    url: &str,
+) -> Response {
+    let key = headers.get(header::AUTHORIZATION);
+    let key = key
+        .and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if key != state.borrow().key {
+        return unauthorized(key);
+    }
+    let query = parse_query(raw.as_deref().unwrap_or_default());
+    match page(&query, of(&state.borrow())) {
+        Ok(mut page) => {
+            page["url"] = json!(url);
+            Json(page).into_response()
+        }
+        Err(failure) => respond(failure),
+    }
+}
+
+async fn retrieve_payment_intent(
+    State(state): State<Arc<watch::Sender<Shared>>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let key = headers.get(header::AUTHORIZATION);
+    let key = key
+        .and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if key != state.borrow().key {
+        return unauthorized(key);
+    }
+    let found = state
+        .borrow()
+        .payment_intents
+        .iter()
+        .find(|p| p["id"] == id.as_str())
+        .cloned();
+    match found {
+        Some(intent) => Json(intent).into_response(),
+        None => error(
+            404,
+            "invalid_request_error",
+            &format!("No such payment_intent: '{id}'"),
+        ),
     }
 }
 

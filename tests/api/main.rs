@@ -12,6 +12,7 @@ mod outbox;
 mod poison;
 mod properties;
 mod razorpay;
+mod reconcile_against;
 mod schemes;
 mod signature;
 mod stripe;

@@ -1,0 +1,357 @@
+//! `webhookd reconcile --against stripe|razorpay`: the provider's succeeded
+//! payments of a window (Stripe: payment intents with `metadata.user_id`;
+//! Razorpay: captured payments with `notes.user_id`) and their refunds,
+//! compared payment by payment, and per `(user, currency)`, with the
+//! ledger's entries of that provider.
+//!
+//! - **missing**: the provider took the money, the ledger has no credit;
+//! - **mismatched**: credited to another user, currency or amount, or
+//!   refunded by another amount than the provider says;
+//! - **extra**: a credit made in the window whose payment the provider does
+//!   not report as succeeded.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sqlx::PgPool;
+
+use super::api::{Api, ApiFailure};
+use crate::effects::currency;
+use crate::ledger::{self, Credited};
+use crate::providers::is_identifier;
+
+/// A payment as the provider reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paid {
+    pub id: String,
+    pub user_id: String,
+    pub currency: String,
+    pub amount_minor: i64,
+    pub refunded_minor: i64,
+}
+
+/// The JSON line `reconcile --against` prints.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub provider: &'static str,
+    pub since: i64,
+    pub until: i64,
+    /// Succeeded payments with an owner that the provider listed.
+    pub payments: u64,
+    pub matched: u64,
+    pub missing: u64,
+    pub mismatched: u64,
+    pub extra: u64,
+    /// `(user, currency)` pairs whose totals differ.
+    pub users_mismatched: u64,
+    pub requests: u64,
+    /// One line per finding, for the operator.
+    #[serde(skip)]
+    pub findings: Vec<String>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.missing + self.mismatched + self.extra == 0
+    }
+}
+
+/// Stripe: `GET /v1/payment_intents` and `GET /v1/refunds` of the window.
+pub async fn stripe(
+    api: &mut Api,
+    pool: &PgPool,
+    (since, until): (i64, i64),
+) -> anyhow::Result<Report> {
+    let provider = crate::providers::stripe::PROVIDER;
+    let mut paid = Vec::new();
+    for intent in stripe_list(api, "/v1/payment_intents", since, until).await? {
+        let user = intent.pointer("/metadata/user_id").and_then(Value::as_str);
+        let amount = intent
+            .get("amount_received")
+            .filter(|a| !a.is_null())
+            .or_else(|| intent.get("amount"))
+            .and_then(Value::as_i64);
+        if let (Some(id), Some("succeeded"), Some(user), Some(amount), Some(currency)) = (
+            ident(&intent),
+            intent.get("status").and_then(Value::as_str),
+            user.filter(|u| is_identifier(u)),
+            amount,
+            intent
+                .get("currency")
+                .and_then(Value::as_str)
+                .and_then(currency),
+        ) {
+            paid.push(Paid {
+                id: id.to_owned(),
+                user_id: user.to_owned(),
+                currency: currency.to_owned(),
+                amount_minor: amount,
+                refunded_minor: 0,
+            });
+        }
+    }
+    let refunds = stripe_list(api, "/v1/refunds", since, until).await?;
+    add_refunds(&mut paid, refunds, "/payment_intent", "succeeded");
+    compare(
+        api,
+        pool,
+        provider,
+        paid,
+        (since, until),
+        "/v1/payment_intents",
+        "succeeded",
+    )
+    .await
+}
+
+/// Razorpay: `GET /v1/payments` and `GET /v1/refunds` of the window.
+pub async fn razorpay(
+    api: &mut Api,
+    pool: &PgPool,
+    (since, until): (i64, i64),
+) -> anyhow::Result<Report> {
+    let provider = crate::providers::razorpay::PROVIDER;
+    let mut paid = Vec::new();
+    for payment in razorpay_list(api, "/v1/payments", since, until).await? {
+        let status = payment.get("status").and_then(Value::as_str);
+        if let (Some(id), Some("captured" | "refunded"), Some(user), Some(amount), Some(currency)) = (
+            ident(&payment),
+            status,
+            payment
+                .pointer("/notes/user_id")
+                .and_then(Value::as_str)
+                .filter(|u| is_identifier(u)),
+            payment.get("amount").and_then(Value::as_i64),
+            payment
+                .get("currency")
+                .and_then(Value::as_str)
+                .and_then(currency),
+        ) {
+            paid.push(Paid {
+                id: id.to_owned(),
+                user_id: user.to_owned(),
+                currency: currency.to_owned(),
+                amount_minor: amount,
+                refunded_minor: 0,
+            });
+        }
+    }
+    let refunds = razorpay_list(api, "/v1/refunds", since, until).await?;
+    add_refunds(&mut paid, refunds, "/payment_id", "processed");
+    compare(
+        api,
+        pool,
+        provider,
+        paid,
+        (since, until),
+        "/v1/payments",
+        "captured",
+    )
+    .await
+}
+
+/// Adds each `status` refund's amount to the payment it names at `parent`.
+fn add_refunds(paid: &mut [Paid], refunds: Vec<Value>, parent: &str, status: &str) {
+    let index: HashMap<String, usize> = paid
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.id.clone(), i))
+        .collect();
+    for refund in refunds {
+        let done = refund.get("status").and_then(Value::as_str) == Some(status);
+        let of = refund
+            .pointer(parent)
+            .and_then(Value::as_str)
+            .and_then(|id| index.get(id));
+        if let (true, Some(&at), Some(amount)) =
+            (done, of, refund.get("amount").and_then(Value::as_i64))
+        {
+            paid[at].refunded_minor += amount;
+        }
+    }
+}
+
+async fn compare(
+    api: &mut Api,
+    pool: &PgPool,
+    provider: &'static str,
+    paid: Vec<Paid>,
+    (since, until): (i64, i64),
+    retrieve: &str,
+    succeeded: &str,
+) -> anyhow::Result<Report> {
+    let mut report = Report {
+        provider,
+        since,
+        until,
+        payments: paid.len() as u64,
+        ..Report::default()
+    };
+    let ids: Vec<String> = paid.iter().map(|p| p.id.clone()).collect();
+    let credited: HashMap<String, Credited> =
+        ledger::credits_for_audit(pool, provider, &ids, since, until)
+            .await?
+            .into_iter()
+            .map(|c| (c.source_ref.clone(), c))
+            .collect();
+    // Net per (user, currency): what the provider says, what the ledger has.
+    let mut totals: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
+    for p in &paid {
+        totals
+            .entry((p.user_id.clone(), p.currency.clone()))
+            .or_default()
+            .0 += p.amount_minor - p.refunded_minor;
+        match credited.get(&p.id) {
+            None => {
+                report.missing += 1;
+                report.findings.push(format!(
+                    "MISSING {provider} {}: {} {} to {} succeeded, never credited",
+                    p.id, p.amount_minor, p.currency, p.user_id
+                ));
+            }
+            Some(c) => {
+                let key = (c.user_id.clone(), c.currency.clone());
+                totals.entry(key).or_default().1 += c.amount_minor - c.refunded_minor;
+                let same = (
+                    c.user_id.as_str(),
+                    c.currency.as_str(),
+                    c.amount_minor,
+                    c.refunded_minor,
+                ) == (
+                    p.user_id.as_str(),
+                    p.currency.as_str(),
+                    p.amount_minor,
+                    p.refunded_minor,
+                );
+                if same {
+                    report.matched += 1;
+                } else {
+                    report.mismatched += 1;
+                    report.findings.push(format!(
+                        "MISMATCH {provider} {}: {provider} says {} {} to {} refunded {}; the ledger has {} {} to {} refunded {}",
+                        p.id, p.amount_minor, p.currency, p.user_id, p.refunded_minor,
+                        c.amount_minor, c.currency, c.user_id, c.refunded_minor
+                    ));
+                }
+            }
+        }
+    }
+    // Credits of the window the listing did not show: a payment made before
+    // the window is fine; one the provider does not report succeeded is not.
+    let listed: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+    for c in credited
+        .values()
+        .filter(|c| !listed.contains(c.source_ref.as_str()))
+    {
+        let status = match api.get(&format!("{retrieve}/{}", c.source_ref), &[]).await {
+            Ok(body) => serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("status").and_then(Value::as_str).map(str::to_owned)),
+            Err(ApiFailure::Refused { .. }) => None,
+            Err(failure) => return Err(failure.into()),
+        };
+        let reported = status
+            .as_deref()
+            .is_some_and(|s| s == succeeded || s == "refunded");
+        if !reported {
+            report.extra += 1;
+            report.findings.push(format!(
+                "EXTRA {provider} {}: credited {} {} to {}, but {provider} reports it as {}",
+                c.source_ref,
+                c.amount_minor,
+                c.currency,
+                c.user_id,
+                status.as_deref().unwrap_or("unknown")
+            ));
+        }
+    }
+    for ((user, currency), (theirs, ours)) in totals {
+        if theirs != ours {
+            report.users_mismatched += 1;
+            report.findings.push(format!(
+                "USER {user} {currency}: {provider} nets {theirs}, the ledger {ours}"
+            ));
+        }
+    }
+    report.requests = api.requests;
+    Ok(report)
+}
+
+#[derive(Deserialize)]
+struct StripePage {
+    data: Vec<Box<RawValue>>,
+    has_more: bool,
+}
+
+/// Every object of a Stripe list created in `[since, until)`.
+async fn stripe_list(
+    api: &mut Api,
+    path: &str,
+    since: i64,
+    until: i64,
+) -> Result<Vec<Value>, ApiFailure> {
+    let mut all: Vec<Value> = Vec::new();
+    loop {
+        let mut query = vec![
+            ("created[gte]", since.to_string()),
+            ("created[lt]", until.to_string()),
+            ("limit", "100".to_owned()),
+        ];
+        if let Some(last) = all.last().and_then(ident) {
+            query.push(("starting_after", last.to_owned()));
+        }
+        let body = api.get(path, &query).await?;
+        let page: StripePage = serde_json::from_slice(&body)
+            .map_err(|e| ApiFailure::Malformed(format!("a list page: {e}"), "stripe"))?;
+        let got = page.data.len();
+        for raw in page.data {
+            all.push(
+                serde_json::from_str(raw.get())
+                    .map_err(|e| ApiFailure::Malformed(e.to_string(), "stripe"))?,
+            );
+        }
+        if !page.has_more || got == 0 {
+            return Ok(all);
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Collection {
+    items: Vec<Value>,
+}
+
+/// Every item of a Razorpay collection created in `[since, until)`.
+async fn razorpay_list(
+    api: &mut Api,
+    path: &str,
+    since: i64,
+    until: i64,
+) -> Result<Vec<Value>, ApiFailure> {
+    let mut all: Vec<Value> = Vec::new();
+    loop {
+        let query = [
+            ("from", since.to_string()),
+            ("to", (until - 1).to_string()),
+            ("count", "100".to_owned()),
+            ("skip", all.len().to_string()),
+        ];
+        let body = api.get(path, &query).await?;
+        let page: Collection = serde_json::from_slice(&body)
+            .map_err(|e| ApiFailure::Malformed(format!("a collection: {e}"), "razorpay"))?;
+        let got = page.items.len();
+        all.extend(page.items);
+        if got < 100 {
+            return Ok(all);
+        }
+    }
+}
+
+fn ident(object: &Value) -> Option<&str> {
+    object
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|id| is_identifier(id))
+}
