@@ -501,6 +501,17 @@ async fn the_periodic_sweep_recovers_announces_the_gap_and_resumes_from_its_chec
     .unwrap();
     assert!(swept_until >= now() - 5, "checkpoint at the run's end");
     assert_eq!(result["recovered"], 1);
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.address))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let gauge = "webhookd_sweep_last_success_timestamp_seconds{provider=\"stripe\"} ";
+    assert!(metrics.contains(gauge), "{metrics}");
 
     // The next run starts at the checkpoint less the overlap, not 72 h back.
     first.run_once().await;
