@@ -65,33 +65,18 @@ pub async fn stripe(
     (since, until): (i64, i64),
 ) -> anyhow::Result<Report> {
     let provider = crate::providers::stripe::PROVIDER;
-    let mut paid = Vec::new();
-    for intent in stripe_list(api, "/v1/payment_intents", since, until).await? {
-        let user = intent.pointer("/metadata/user_id").and_then(Value::as_str);
-        let amount = intent
-            .get("amount_received")
-            .filter(|a| !a.is_null())
-            .or_else(|| intent.get("amount"))
-            .and_then(Value::as_i64);
-        if let (Some(id), Some("succeeded"), Some(user), Some(amount), Some(currency)) = (
-            ident(&intent),
-            intent.get("status").and_then(Value::as_str),
-            user.filter(|u| is_identifier(u)),
-            amount,
-            intent
-                .get("currency")
-                .and_then(Value::as_str)
-                .and_then(currency),
-        ) {
-            paid.push(Paid {
-                id: id.to_owned(),
-                user_id: user.to_owned(),
-                currency: currency.to_owned(),
-                amount_minor: amount,
-                refunded_minor: 0,
-            });
-        }
-    }
+    let intents = stripe_list(api, "/v1/payment_intents", since, until).await?;
+    let mut paid: Vec<Paid> = intents
+        .iter()
+        .filter(|intent| intent.get("status").and_then(Value::as_str) == Some("succeeded"))
+        .filter_map(|intent| {
+            let amount = intent
+                .get("amount_received")
+                .filter(|a| !a.is_null())
+                .or_else(|| intent.get("amount"));
+            paid(intent, "/metadata/user_id", amount)
+        })
+        .collect();
     let refunds = stripe_list(api, "/v1/refunds", since, until).await?;
     add_refunds(&mut paid, refunds, "/payment_intent", "succeeded");
     compare(
@@ -113,31 +98,17 @@ pub async fn razorpay(
     (since, until): (i64, i64),
 ) -> anyhow::Result<Report> {
     let provider = crate::providers::razorpay::PROVIDER;
-    let mut paid = Vec::new();
-    for payment in razorpay_list(api, "/v1/payments", since, until).await? {
-        let status = payment.get("status").and_then(Value::as_str);
-        if let (Some(id), Some("captured" | "refunded"), Some(user), Some(amount), Some(currency)) = (
-            ident(&payment),
-            status,
-            payment
-                .pointer("/notes/user_id")
-                .and_then(Value::as_str)
-                .filter(|u| is_identifier(u)),
-            payment.get("amount").and_then(Value::as_i64),
-            payment
-                .get("currency")
-                .and_then(Value::as_str)
-                .and_then(currency),
-        ) {
-            paid.push(Paid {
-                id: id.to_owned(),
-                user_id: user.to_owned(),
-                currency: currency.to_owned(),
-                amount_minor: amount,
-                refunded_minor: 0,
-            });
-        }
-    }
+    let payments = razorpay_list(api, "/v1/payments", since, until).await?;
+    let mut paid: Vec<Paid> = payments
+        .iter()
+        .filter(|p| {
+            matches!(
+                p.get("status").and_then(Value::as_str),
+                Some("captured" | "refunded")
+            )
+        })
+        .filter_map(|p| paid(p, "/notes/user_id", p.get("amount")))
+        .collect();
     let refunds = razorpay_list(api, "/v1/refunds", since, until).await?;
     add_refunds(&mut paid, refunds, "/payment_id", "processed");
     compare(
@@ -150,6 +121,26 @@ pub async fn razorpay(
         "captured",
     )
     .await
+}
+
+/// A succeeded payment with an owner (at `user`), its amount and an ISO
+/// currency; `None` for anything webhookd would not credit.
+fn paid(object: &Value, user: &str, amount: Option<&Value>) -> Option<Paid> {
+    let user = object
+        .pointer(user)
+        .and_then(Value::as_str)
+        .filter(|u| is_identifier(u))?;
+    let currency = object
+        .get("currency")
+        .and_then(Value::as_str)
+        .and_then(currency)?;
+    Some(Paid {
+        id: ident(object)?.to_owned(),
+        user_id: user.to_owned(),
+        currency: currency.to_owned(),
+        amount_minor: amount.and_then(Value::as_i64)?,
+        refunded_minor: 0,
+    })
 }
 
 /// Adds each `status` refund's amount to the payment it names at `parent`.
