@@ -6,8 +6,9 @@
 # cluster (scenario 2 stops it). Each scenario prints a PASS or FAIL line
 # with its figures; the script fails if any scenario failed.
 #
-#   scripts/chaos.sh            all five scenarios (about 5 minutes)
-#   scripts/chaos.sh --short    one crash and one database outage (CI)
+#   scripts/chaos.sh            all six scenarios (about 5 minutes)
+#   scripts/chaos.sh --short    one crash, one database outage and a sweep
+#                               of 1,000 events (CI)
 #
 # WEBHOOKD_BIN=path uses that binary instead of building a release one.
 set -euo pipefail
@@ -154,6 +155,83 @@ post_credit() { # post_credit PORT EVENT_ID USER AMOUNT
     header=$(python3 -c 'import hmac,hashlib,sys,time; t=str(int(time.time())); print("t="+t+",v1="+hmac.new(sys.argv[1].encode(), (t+"."+sys.argv[2]).encode(), hashlib.sha256).hexdigest())' "$secret" "$body")
     curl -s -o /dev/null -w '%{http_code}' --max-time 30 "http://127.0.0.1:$1/webhooks/stripe" \
         -H "Stripe-Signature: $header" -H 'Content-Type: application/json' --data-binary "$body" || echo 000
+}
+
+# The fake of Stripe's Events API (scripts/fake-stripe-events.py) on PORT,
+# serving FILE to KEY; sets FAKE_PID once it answers.
+start_fake_stripe() { # start_fake_stripe PORT KEY FILE
+    python3 scripts/fake-stripe-events.py "$1" "$2" "$3" > "$scratch/fake-stripe-$1.log" 2>&1 &
+    FAKE_PID=$!
+    pids+=("$FAKE_PID")
+    for _ in $(seq 1 100); do
+        if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/v1/events")" = 401 ]; then return 0; fi
+        sleep 0.05
+    done
+    die "the fake Stripe API did not start"
+}
+
+# Signs and posts each event of FILE (one JSON body a line) COPIES times at
+# once, CONCURRENCY requests in flight, retrying 5xx and connection errors
+# like a provider (for at most 2 minutes in all); writes one JSON line to
+# OUT: statuses, the outcomes of the 2xx answers, copies given up on.
+deliver() { # deliver PORT FILE COPIES CONCURRENCY OUT
+    python3 - "$1" "$2" "$3" "$4" "$secret" > "$5" <<'PY' &
+import collections, hashlib, hmac, http.client, json, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+port, path, copies, concurrency, secret = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+bodies = [line.strip() for line in open(path) if line.strip()]
+local, lock = threading.local(), threading.Lock()
+statuses, outcomes, gave_up = collections.Counter(), collections.Counter(), 0
+deadline = time.monotonic() + 120
+def post(body):
+    global gave_up
+    wait = 0.05
+    while time.monotonic() < deadline:
+        t = str(int(time.time()))
+        signature = hmac.new(secret.encode(), (t + "." + body).encode(), hashlib.sha256).hexdigest()
+        try:
+            if getattr(local, "conn", None) is None:
+                local.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            local.conn.request("POST", "/webhooks/stripe", body.encode(),
+                               {"Stripe-Signature": f"t={t},v1={signature}", "Content-Type": "application/json"})
+            response = local.conn.getresponse()
+            status, answer = str(response.status), response.read()
+        except (OSError, http.client.HTTPException):
+            local.conn, status, answer = None, "error", b""
+        with lock:
+            statuses[status] += 1
+        if status.startswith("2"):
+            with lock:
+                outcomes[json.loads(answer).get("outcome", "unknown")] += 1
+            return
+        if status != "error" and not status.startswith("5"):
+            break
+        time.sleep(wait)
+        wait = min(wait * 2, 1.0)
+    with lock:
+        gave_up += 1
+started = time.monotonic()
+with ThreadPoolExecutor(concurrency) as pool:
+    list(pool.map(post, (body for body in bodies for _ in range(copies))))
+print(json.dumps({"sent": sum(statuses.values()), "statuses": dict(statuses), "outcomes": dict(outcomes),
+                  "gave_up": gave_up, "seconds": round(time.monotonic() - started, 1)}))
+PY
+    local deliverer=$!
+    pids+=("$deliverer")
+    wait "$deliverer" || true
+}
+
+field() { json_field "$1" "d.get('$2')"; } # field JSON NAME
+
+# webhookd sweep stripe against the fake on API_PORT; prints its JSON line
+# (the last on stdout: log lines, such as its warning, come before it).
+sweep_stripe() { # sweep_stripe DB_URL API_PORT KEY [sweep args...]
+    local db_url=$1 api_port=$2 key=$3; shift 3
+    DATABASE_URL=$db_url STRIPE_API_KEY=$key WEBHOOKD_STRIPE_API_BASE="http://127.0.0.1:$api_port" \
+        WEBHOOKD_LOG_FORMAT=json RUST_LOG=warn "$binary" sweep stripe "$@" > "$scratch/sweep.out" 2>&1 \
+        || { cat "$scratch/sweep.out" >> "$scratch/sweep.log"; return 1; }
+    cat "$scratch/sweep.out" >> "$scratch/sweep.log"
+    tail -n 1 "$scratch/sweep.out"
 }
 
 # 1. Crash loop: SIGKILL every few seconds while a drill with duplicates runs.
@@ -341,16 +419,116 @@ two_servers() {
     kill "$server_a" "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$server_a" "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
 }
 
+# 6. Lost webhooks: the provider gives up on a contiguous stretch of
+#    deliveries; a sweep of its Events API applies exactly those.
+lost_webhooks() {
+    local events=${1:-2000} db port sink_port api_port file key=sk_test_chaos_sweep
+    db=$(DATABASE_URL=$admin_url bench_database chaos_lost)
+    DATABASE_URL=$db "$binary" migrate >/dev/null 2>&1
+    port=$(free_port 18480); sink_port=$(free_port 18580); api_port=$(free_port 18680); file=$scratch/lost.ids
+    start_sink "$sink_port" "$file"
+    serve "$db" "$port" "$sink_port"
+    # The provider holds every event (FILE), created over the last 30
+    # minutes; 30% in the middle (by time) are never delivered. FILE also
+    # holds events the sweep must not list: other types, and older ones.
+    local expected dropped
+    read -r expected dropped < <(python3 - "$events" "$scratch/lost" <<'PY'
+import json, random, sys, time
+n, out = int(sys.argv[1]), sys.argv[2]
+now, rng = int(time.time()), random.Random(7)
+def event(i, created, kind="payment_intent.succeeded", prefix="evt_lost_"):
+    amount = 100 + i % 900
+    return {"id": f"{prefix}{i:06d}", "object": "event", "api_version": "2024-06-20", "created": created,
+            "data": {"object": {"id": f"pi_{prefix[4:]}{i:06d}", "object": "payment_intent", "amount": amount,
+                                "amount_received": amount, "currency": "usd",
+                                "metadata": {"user_id": f"lost_user_{i % 16}"}}},
+            "livemode": False, "pending_webhooks": 1, "type": kind}
+credits = [event(i, now - 1800 + i * 1740 // n) for i in range(n)]
+start, stop = int(n * 0.35), int(n * 0.35) + int(n * 0.30)
+others = [event(i, now - 1800 + i * 30, "customer.created", "evt_other_") for i in range(50)]
+old = [event(i, now - 7200 + i, prefix="evt_old_") for i in range(50)]
+held = credits + others + old
+rng.shuffle(held)
+with open(out + ".api.tmp", "w") as f:
+    f.writelines(json.dumps(e) + "\n" for e in held)
+on_time = credits[:start] + credits[stop:]
+rng.shuffle(on_time)
+with open(out + ".on-time", "w") as f:
+    f.writelines(json.dumps(e) + "\n" for e in on_time)
+with open(out + ".late", "w") as f:
+    f.writelines(json.dumps(e) + "\n" for e in credits[start:stop])
+with open(out + ".expected", "w") as f:
+    f.writelines(e["id"] + "\n" for e in credits)
+print(sum(e["data"]["object"]["amount"] for e in credits), stop - start)
+PY
+)
+    mv "$scratch/lost.api.tmp" "$scratch/lost.api"
+    start_fake_stripe "$api_port" "$key" "$scratch/lost.api"
+    local rest=$(( events - dropped ))
+    # The rest, each 3 times at once, 16 requests in flight.
+    local on_time late
+    deliver "$port" "$scratch/lost.on-time" 3 16 "$scratch/lost.on-time.json"
+    on_time=$(cat "$scratch/lost.on-time.json")
+    # A wrong key is refused and writes nothing; a dry run counts.
+    local refused=no before dry
+    before=$(psql_at "$db" "select count(*) from processed_events")
+    sweep_stripe "$db" "$api_port" sk_test_wrong_key --since 1h >/dev/null || refused=yes
+    [ "$(psql_at "$db" "select count(*) from processed_events")" = "$before" ] || refused="no (it wrote)"
+    dry=$(sweep_stripe "$db" "$api_port" "$key" --since 1h --dry-run || echo '{}')
+    local t0 swept sweep_s
+    t0=$(date +%s%N)
+    swept=$(sweep_stripe "$db" "$api_port" "$key" --since 1h || echo '{}')
+    sweep_s=$(python3 -c "print(f'{($(date +%s%N) - $t0) / 1e9:.1f}')")
+    # The provider delivers the dropped stretch late after all, twice each.
+    deliver "$port" "$scratch/lost.late" 2 16 "$scratch/lost.late.json"
+    late=$(cat "$scratch/lost.late.json")
+    local again
+    again=$(sweep_stripe "$db" "$api_port" "$key" --since 1h || echo '{}')
+    local drained=ok reconcile=ok
+    wait_drained "$db" 120 || drained=timeout
+    reconciled "$db" || reconcile=FAILED
+    # One ledger entry for each credit the provider holds, none for others.
+    psql_at "$db" "select event_id, count(*) from wallet_entries group by event_id" > "$scratch/lost.entries"
+    local missing_entries doubled strays
+    read -r missing_entries doubled strays < <(python3 - "$scratch/lost.expected" "$scratch/lost.entries" <<'PY'
+import sys
+expected = set(open(sys.argv[1]).read().split())
+entries = dict(line.split("|") for line in open(sys.argv[2]).read().split())
+print(len(expected - entries.keys()), sum(1 for e in expected if int(entries.get(e, 0)) > 1), len(entries.keys() - expected))
+PY
+)
+    local total via_webhook via_sweep
+    total=$(psql_at "$db" "select coalesce(sum(balance_minor), 0) from wallets")
+    via_webhook=$(psql_at "$db" "select count(*) from processed_events where received_via = 'webhook'")
+    via_sweep=$(psql_at "$db" "select count(*) from processed_events where received_via = 'sweep'")
+    read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
+    local verdict=FAIL
+    if [ "$(field "$swept" recovered)" = "$dropped" ] && [ "$(field "$swept" already_seen)" = "$rest" ] \
+        && [ "$(field "$swept" listed)" = "$events" ] && [ "$(field "$swept" skipped)" = 0 ] \
+        && [ "$(field "$dry" recovered)" = "$dropped" ] && [ "$refused" = yes ] \
+        && [ "$(json_field "$on_time" "d['outcomes'] == {'processed': $rest, 'duplicate': $((rest * 2))}")" = True ] \
+        && [ "$(json_field "$late" "d['outcomes'] == {'duplicate': $((dropped * 2))}")" = True ] \
+        && [ "$(field "$again" recovered)" = 0 ] && [ "$(field "$again" already_seen)" = "$events" ] \
+        && [ "$missing_entries" = 0 ] && [ "$doubled" = 0 ] && [ "$strays" = 0 ] && [ "$total" = "$expected" ] \
+        && [ "$via_webhook" = "$rest" ] && [ "$via_sweep" = "$dropped" ] && [ "$reconcile" = ok ] \
+        && [ "$drained" = ok ] && [ "$rows" = "$events" ] && [ "$missing" = 0 ] && [ "$unknown" = 0 ] \
+        && [ "$dead" = 0 ]; then verdict=PASS; fi
+    report "$verdict" "lost webhooks: $events credits, $dropped (a contiguous 30%) never delivered, the rest x 3 copies (outcomes $(json_field "$on_time" 'd["outcomes"]')); sweep listed $(field "$swept" listed) in $sweep_s s ($(field "$swept" pages) pages, $(field "$swept" requests) requests): recovered $(field "$swept" recovered), already seen $(field "$swept" already_seen) (dry run first: $(field "$dry" recovered); a wrong key refused: $refused); the dropped stretch delivered late x 2: $(json_field "$late" 'd["outcomes"]'); a second sweep recovered $(field "$again" recovered); ledger entries missing $missing_entries, doubled $doubled, strays $strays; wallet total $total of $expected; received via webhook $via_webhook, sweep $via_sweep; reconcile $reconcile; outbox rows $rows, missing $missing, unknown ids $unknown, dead $dead"
+    kill "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null || true
+}
+
 began=$(date +%s)
 if [ -n "$short" ]; then
     crash_loop 600 1
     db_outage 2000 4
+    lost_webhooks 1000
 else
     crash_loop
     db_outage
     sink_outage
     lock_contention
     two_servers
+    lost_webhooks 2000
 fi
 printf '\n'
 for line in "${results[@]}"; do printf '%s\n' "$line"; done

@@ -26,7 +26,7 @@ log "cargo clippy"
 cargo clippy --locked --all-targets -- -D warnings
 log "cargo test"
 cargo test --locked -- "$@"
-# The short chaos run (one crash, one database outage) on the binary the
+# The short chaos run (one crash, one database outage, lost webhooks and a sweep) on the binary the
 # tests just built, against a cluster of its own; skipped when the tests
 # were filtered.
 if [ "$#" -eq 0 ]; then

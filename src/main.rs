@@ -13,7 +13,11 @@ use webhookd::{db, telemetry};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.log_format);
+    let to = match cli.command {
+        None | Some(Command::Serve(_)) => telemetry::LogTo::Stdout,
+        Some(_) => telemetry::LogTo::Stderr,
+    };
+    telemetry::init(cli.log_format, to);
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

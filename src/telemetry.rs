@@ -14,10 +14,24 @@ pub enum LogFormat {
     Json,
 }
 
-pub fn init(format: LogFormat) {
+/// Where log lines go: a service logs to stdout; a command whose stdout is
+/// its answer (a JSON line, a listing) logs to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTo {
+    Stdout,
+    Stderr,
+}
+
+pub fn init(format: LogFormat, to: LogTo) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let writer = match to {
+        LogTo::Stdout => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stdout),
+        LogTo::Stderr => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
     let result = match format {
         LogFormat::Json => builder
             .json()
