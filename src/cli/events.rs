@@ -40,6 +40,10 @@ pub async fn run(
         }
         EventsCommand::Replay { provider, event_id } => {
             let stored = find(pool, provider, event_id).await?;
+            anyhow::ensure!(
+                stored.outcome != "imported",
+                "{provider} {event_id} was imported: an earlier handler applied it, so replaying it would apply it twice"
+            );
             let event = providers::from_stored(
                 &stored.provider,
                 &stored.event_id,

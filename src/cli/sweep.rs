@@ -23,12 +23,14 @@ pub async fn sweep(
     let summary = match command {
         SweepCommand::Stripe(args) => {
             let mut api = startup::stripe_api(&args.api)?;
-            let window = window(clock, args.since);
-            sweep::stripe::sweep(&mut api, pool, mode(args.dry_run), window, None).await?
+            let (since, until) = window(clock, args.since);
+            let since = sweep::floor(pool, crate::providers::stripe::PROVIDER, since).await?;
+            sweep::stripe::sweep(&mut api, pool, mode(args.dry_run), (since, until), None).await?
         }
         SweepCommand::Razorpay(args) => {
             let mut api = startup::razorpay_api(&args.api)?;
             let (since, _) = window(clock, args.since);
+            let since = sweep::floor(pool, crate::providers::razorpay::PROVIDER, since).await?;
             let until = clock.now() - sweep::razorpay::SETTLE_SECS;
             sweep::razorpay::sweep(&mut api, pool, mode(args.dry_run), (since, until), None).await?
         }
@@ -62,10 +64,15 @@ pub async fn import(
                 Mode::Import
             };
             let summary = sweep::stripe::sweep(&mut api, pool, mode, (since, until), None).await?;
+            if mode == Mode::Import {
+                let provider = crate::providers::stripe::PROVIDER;
+                sweep::store::cut_over(pool, provider, until).await?;
+            }
             serde_json::to_string(&Imported::from(summary))?
         }
         (None, Some(provider), Some(path)) => {
-            serde_json::to_string(&import_file(pool, provider, path, args.dry_run).await?)?
+            let imported = import_file(pool, provider, path, args.dry_run, clock.now()).await?;
+            serde_json::to_string(&imported)?
         }
         _ => anyhow::bail!("say `import stripe`, or `import --provider NAME --from-csv FILE`"),
     };
@@ -124,6 +131,7 @@ async fn import_file(
     provider: &str,
     path: &Path,
     dry_run: bool,
+    now: i64,
 ) -> anyhow::Result<ImportedFile> {
     let provider = provider.to_ascii_lowercase();
     anyhow::ensure!(
@@ -143,6 +151,10 @@ async fn import_file(
         } else {
             events::import_rows(pool, &provider, chunk).await?
         };
+    }
+    if !dry_run {
+        // What an earlier handler applied ends now: no sweep reads earlier.
+        sweep::store::cut_over(pool, &provider, now).await?;
     }
     let total = rows.len() as u64;
     Ok(ImportedFile {

@@ -3,7 +3,8 @@
 //! under the provider's rate limit, and retries where a retry can help.
 //!
 //! - 429 and 5xx are retried with exponential backoff and jitter, never
-//!   sooner than a `Retry-After` asks;
+//!   sooner than a `Retry-After` asks (up to 30 s: a provider cannot park a
+//!   sweep);
 //! - network errors are retried a bounded number of times;
 //! - 401 and 403 stop at once: the key is wrong or lacks access;
 //! - any other answer stops with the provider's message (bounded).
@@ -217,7 +218,6 @@ impl Api {
 
 fn is_loopback(url: &Url) -> bool {
     match url.host_str() {
-        Some("localhost") => true,
         Some(host) => host
             .trim_start_matches('[')
             .trim_end_matches(']')
@@ -274,7 +274,8 @@ mod tests {
         assert!(api("https://api.stripe.com").is_ok());
         assert!(api("http://127.0.0.1:4000").is_ok());
         assert!(api("http://[::1]:4000").is_ok());
-        assert!(api("http://localhost:4000").is_ok());
+        // A name could resolve anywhere: only a literal loopback address.
+        assert!(api("http://localhost:4000").is_err());
         for refused in [
             "http://api.stripe.com",
             "http://10.0.0.1",

@@ -78,7 +78,13 @@ pub async fn stripe(
         })
         .collect();
     let refunds = stripe_list(api, "/v1/refunds", since, until).await?;
-    add_refunds(&mut paid, refunds, "/payment_intent", "succeeded");
+    // A charge's amount_refunded, which the ledger debits, counts pending refunds too.
+    add_refunds(
+        &mut paid,
+        refunds,
+        "/payment_intent",
+        &["succeeded", "pending"],
+    );
     compare(
         api,
         pool,
@@ -110,7 +116,7 @@ pub async fn razorpay(
         .filter_map(|p| paid(p, "/notes/user_id", p.get("amount")))
         .collect();
     let refunds = razorpay_list(api, "/v1/refunds", since, until).await?;
-    add_refunds(&mut paid, refunds, "/payment_id", "processed");
+    add_refunds(&mut paid, refunds, "/payment_id", &["processed"]);
     compare(
         api,
         pool,
@@ -144,14 +150,17 @@ fn paid(object: &Value, user: &str, amount: Option<&Value>) -> Option<Paid> {
 }
 
 /// Adds each `status` refund's amount to the payment it names at `parent`.
-fn add_refunds(paid: &mut [Paid], refunds: Vec<Value>, parent: &str, status: &str) {
+fn add_refunds(paid: &mut [Paid], refunds: Vec<Value>, parent: &str, statuses: &[&str]) {
     let index: HashMap<String, usize> = paid
         .iter()
         .enumerate()
         .map(|(i, p)| (p.id.clone(), i))
         .collect();
     for refund in refunds {
-        let done = refund.get("status").and_then(Value::as_str) == Some(status);
+        let done = refund
+            .get("status")
+            .and_then(Value::as_str)
+            .is_some_and(|status| statuses.contains(&status));
         let of = refund
             .pointer(parent)
             .and_then(Value::as_str)

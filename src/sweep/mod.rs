@@ -57,6 +57,38 @@ pub struct Summary {
     pub dry_run: bool,
 }
 
+/// The periodic sweep's lease, renewed as each slice is applied.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub holder: String,
+    pub lease: Duration,
+}
+
+impl Checkpoint {
+    /// Everything before `to` is applied: advance, or stop when another
+    /// process has taken the lease over.
+    pub(crate) async fn advance(
+        &self,
+        pool: &PgPool,
+        provider: &str,
+        to: i64,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            store::advance(pool, provider, &self.holder, to, self.lease).await?,
+            "lost the {provider} sweep lease to another process; stopping"
+        );
+        Ok(())
+    }
+}
+
+/// The earliest a sweep of `provider` may read: `since`, or the cut-over of
+/// an import when later (an earlier handler applied what came before).
+pub async fn floor(pool: &PgPool, provider: &str, since: i64) -> anyhow::Result<i64> {
+    Ok(store::not_before(pool, provider)
+        .await?
+        .map_or(since, |at| at.max(since)))
+}
+
 /// Tries for one event whose transaction failed transiently (the database
 /// restarting, a lock timeout) before the sweep gives up.
 const INGEST_TRIES: u32 = 5;
@@ -77,14 +109,16 @@ pub(crate) async fn apply(
         return Ok(());
     }
     for event in events {
-        let new = match mode {
-            Mode::Import => import(pool, &event).await?,
-            _ => apply_one(pool, &event).await? != Outcome::Duplicate,
+        let outcome = match mode {
+            Mode::Import if import(pool, &event).await? => Outcome::Processed,
+            Mode::Import => Outcome::Duplicate,
+            _ => apply_one(pool, &event).await?,
         };
-        if new {
-            summary.recovered += 1;
-        } else {
-            summary.already_seen += 1;
+        match outcome {
+            Outcome::Duplicate => summary.already_seen += 1,
+            // Recorded now, but it can never apply (reason in its detail).
+            Outcome::Rejected => summary.skipped += 1,
+            _ => summary.recovered += 1,
         }
     }
     Ok(())

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
-use super::{Mode, Summary, store};
+use super::{Checkpoint, Mode, Summary};
 use crate::effects::Outcome;
 use crate::ledger::{self, EntryKind};
 use crate::providers::is_identifier;
@@ -56,8 +56,9 @@ pub async fn sweep(
     pool: &PgPool,
     mode: Mode,
     (since, until): (i64, i64),
-    checkpoint: Option<Duration>,
+    checkpoint: Option<&Checkpoint>,
 ) -> anyhow::Result<Summary> {
+    let requests_before = api.requests;
     anyhow::ensure!(
         mode != Mode::Import,
         "Razorpay lists payments, not events: use `webhookd import --provider razorpay --from-csv`"
@@ -69,7 +70,12 @@ pub async fn sweep(
         dry_run: mode == Mode::DryRun,
         ..Summary::default()
     };
-    let mut slices = vec![(since, until)];
+    // An empty window (a cut-over later than its end) reads nothing.
+    let mut slices = if since < until {
+        vec![(since, until)]
+    } else {
+        vec![]
+    };
     while let Some((from, to)) = slices.pop() {
         let listed = match list(api, "/v1/payments", from, to, &mut summary).await? {
             Some(payments) => list(api, "/v1/refunds", from, to, &mut summary)
@@ -93,11 +99,11 @@ pub async fn sweep(
         };
         sweep.payments(payments).await?;
         sweep.refunds(refunds).await?;
-        if let Some(lease) = checkpoint {
-            store::advance(pool, PROVIDER, to, lease).await?;
+        if let Some(checkpoint) = checkpoint {
+            checkpoint.advance(pool, PROVIDER, to).await?;
         }
     }
-    summary.requests = api.requests;
+    summary.requests = api.requests - requests_before;
     Ok(summary)
 }
 
@@ -187,9 +193,11 @@ impl Slice<'_> {
                 self.summary.already_seen += 1;
                 continue;
             }
+            let created = payment.get("created_at").and_then(Value::as_i64);
             self.apply(
                 "payment.captured",
                 &pay_id,
+                created,
                 json!({ "payment": { "entity": payment } }),
             )
             .await?;
@@ -232,7 +240,11 @@ impl Slice<'_> {
             {
                 payload["payment"] = json!({ "entity": payment });
             }
-            self.apply("refund.processed", &refund_id, payload).await?;
+            let created = payload
+                .pointer("/refund/entity/created_at")
+                .and_then(Value::as_i64);
+            self.apply("refund.processed", &refund_id, created, payload)
+                .await?;
         }
         Ok(())
     }
@@ -268,9 +280,11 @@ impl Slice<'_> {
         self.payments.insert(payment_id.to_owned(), payment.clone());
         if is_captured(&payment) {
             self.summary.listed += 1;
+            let created = payment.get("created_at").and_then(Value::as_i64);
             self.apply(
                 "payment.captured",
                 payment_id,
+                created,
                 json!({ "payment": { "entity": payment } }),
             )
             .await?;
@@ -278,17 +292,18 @@ impl Slice<'_> {
         Ok(Some(payment))
     }
 
-    /// Applies (or counts) one synthetic event.
-    async fn apply(&mut self, event: &str, entity_id: &str, payload: Value) -> anyhow::Result<()> {
+    /// Applies (or counts) one synthetic event, created when its entity was.
+    async fn apply(
+        &mut self,
+        event: &str,
+        entity_id: &str,
+        created: Option<i64>,
+        payload: Value,
+    ) -> anyhow::Result<()> {
         if self.mode == Mode::DryRun {
             self.summary.recovered += 1;
             return Ok(());
         }
-        let created = payload
-            .as_object()
-            .and_then(|p| p.values().next())
-            .and_then(|e| e.pointer("/entity/created_at"))
-            .and_then(Value::as_i64);
         let contains: Vec<&String> = payload
             .as_object()
             .map(|p| p.keys().collect())

@@ -5,8 +5,8 @@
 //! nothing: the checkpoint advances only past applied slices, and the next
 //! run starts there.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -14,16 +14,20 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::api::Api;
-use super::{Mode, Summary, store};
+use super::{Checkpoint, Mode, Summary, store};
 use crate::clock::Clock;
 use crate::{ingest, telemetry};
 
 /// How long a run holds the provider before another process may take it
-/// over; renewed after every slice.
-pub const LEASE: Duration = Duration::from_secs(300);
+/// over; renewed after every slice (a run that finds it taken stops).
+pub const LEASE: Duration = Duration::from_secs(900);
 
 /// How far before its checkpoint a run starts again.
 pub const OVERLAP: Duration = Duration::from_secs(600);
+
+/// The last minutes a periodic run leaves alone: their webhooks may still be
+/// on the way, and a gap alert for them would be noise.
+pub const IN_FLIGHT: Duration = Duration::from_secs(300);
 
 /// What the periodic sweeps of this process did to one provider.
 #[derive(Debug, Default)]
@@ -55,6 +59,8 @@ pub struct Sweeper {
     pub interval: Duration,
     pub clock: Clock,
     pub stats: Arc<SweepStats>,
+    /// The leases this process holds now, by target, to give back on stop.
+    held: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 impl Sweeper {
@@ -67,6 +73,7 @@ impl Sweeper {
         };
         Sweeper {
             pool,
+            held: Arc::new(Mutex::new(vec![None; targets.len()])),
             targets,
             interval,
             clock,
@@ -75,25 +82,35 @@ impl Sweeper {
     }
 
     /// Runs until `shutdown`; a run in progress is dropped then (its
-    /// checkpoint keeps what it applied) and its lease given back.
+    /// checkpoint keeps what it applied) and the leases this process holds
+    /// are given back (never another process's).
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let held = self.held.clone();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = ticker.tick() => {}
             }
             tokio::select! {
-                () = shutdown.cancelled() => {
-                    for target in &self.targets {
-                        if let Err(error) = store::release(&self.pool, target.provider).await {
-                            tracing::warn!(%error, "could not give the sweep lease back");
-                        }
-                    }
-                    return;
-                }
+                () = shutdown.cancelled() => break,
                 () = self.run_once() => {}
+            }
+        }
+        let leases: Vec<(usize, String)> = {
+            let held = held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            held.iter()
+                .enumerate()
+                .filter_map(|(i, h)| Some((i, h.clone()?)))
+                .collect()
+        };
+        for (index, holder) in leases {
+            let provider = self.targets[index].provider;
+            if let Err(error) = store::release(&self.pool, provider, &holder).await {
+                tracing::warn!(provider, %error, "could not give the sweep lease back");
             }
         }
     }
@@ -105,39 +122,64 @@ impl Sweeper {
         }
     }
 
+    fn hold(&self, index: usize, holder: Option<String>) {
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held[index] = holder;
+    }
+
     async fn run_target(&mut self, index: usize) {
-        let target = &mut self.targets[index];
-        let provider = target.provider;
-        let checkpoint = match store::lease(&self.pool, provider, LEASE).await {
-            Ok(Some(checkpoint)) => checkpoint,
+        let provider = self.targets[index].provider;
+        let lease = match store::lease(&self.pool, provider, LEASE).await {
+            Ok(Some(lease)) => lease,
             Ok(None) => return, // another process is sweeping it
             Err(error) => {
                 tracing::warn!(provider, %error, "cannot take the sweep lease");
                 return;
             }
         };
-        // The current second included: the next run starts well before it.
-        let until = self.clock.now() + 1;
-        let floor = until - secs(target.window);
-        let since = checkpoint.map_or(floor, |swept| (swept - secs(OVERLAP)).max(floor));
-        let window = (since, until);
+        self.hold(index, Some(lease.holder.clone()));
+        let checkpoint = Checkpoint {
+            holder: lease.holder.clone(),
+            lease: LEASE,
+        };
+        let now = self.clock.now();
+        let target = &mut self.targets[index];
+        let floor = (now - secs(target.window)).max(lease.not_before.unwrap_or(0));
+        if lease.swept_until.is_some_and(|swept| swept < floor) {
+            tracing::warn!(
+                provider,
+                "the last sweep ended before the window: events in between were never swept"
+            );
+        }
         let swept = if provider == crate::providers::razorpay::PROVIDER {
-            let window = (since, until - 1 - super::razorpay::SETTLE_SECS);
+            // A payment's status changes after it was created (a late
+            // capture, a refund still pending): every run reads the whole
+            // window again; the natural keys keep that exactly once.
+            let window = (floor, now - super::razorpay::SETTLE_SECS);
             super::razorpay::sweep(
                 &mut target.api,
                 &self.pool,
                 Mode::Apply,
                 window,
-                Some(LEASE),
+                Some(&checkpoint),
             )
             .await
         } else {
+            // Events are immutable: from the checkpoint (less the overlap),
+            // and not the last minutes, whose webhooks may still be on the way.
+            let since = lease
+                .swept_until
+                .map_or(floor, |swept| (swept - secs(OVERLAP)).max(floor));
+            let window = (since, now - secs(IN_FLIGHT));
             super::stripe::sweep(
                 &mut target.api,
                 &self.pool,
                 Mode::Apply,
                 window,
-                Some(LEASE),
+                Some(&checkpoint),
             )
             .await
         };
@@ -169,9 +211,12 @@ impl Sweeper {
         {
             announce_gap(&self.pool, summary).await;
         }
-        if let Err(error) = store::finish(&self.pool, provider, succeeded, &result).await {
+        if let Err(error) =
+            store::finish(&self.pool, provider, &lease.holder, succeeded, &result).await
+        {
             tracing::warn!(provider, %error, "cannot record the sweep's result");
         }
+        self.hold(index, None);
     }
 }
 

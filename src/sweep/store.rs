@@ -1,19 +1,30 @@
-//! The `sweeps` table: the periodic sweep's lease and checkpoint, one row
-//! per provider. All of its SQL.
+//! The `sweeps` table: the periodic sweep's lease and checkpoint, and the
+//! cut-over before which no sweep reads, one row per provider. All of its
+//! SQL.
 
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::PgPool;
 
+/// A lease taken: who holds it, and how far the last run got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The holder's token: only it may advance, finish or give the lease back.
+    pub holder: String,
+    /// Unix seconds; `None` before the first sweep.
+    pub swept_until: Option<i64>,
+    /// The cut-over (Unix seconds) before which no sweep reads.
+    pub not_before: Option<i64>,
+}
+
 /// Takes the provider's sweep lease for `lease` when no other process holds
-/// it. `Some(swept_until)` (Unix seconds, `None` before the first sweep)
-/// when taken.
+/// it (or its holder let it expire).
 pub async fn lease(
     pool: &PgPool,
     provider: &str,
     lease: Duration,
-) -> Result<Option<Option<i64>>, sqlx::Error> {
+) -> Result<Option<Lease>, sqlx::Error> {
     sqlx::query!(
         "insert into sweeps (provider) values ($1) on conflict (provider) do nothing",
         provider
@@ -22,57 +33,71 @@ pub async fn lease(
     .await?;
     let row = sqlx::query!(
         r#"
-        update sweeps set leased_until = now() + make_interval(secs => $2::float8)
+        update sweeps set leased_until = now() + make_interval(secs => $2::float8),
+                          holder = gen_random_uuid()
         where provider = $1 and (leased_until is null or leased_until < now())
-        returning extract(epoch from swept_until)::bigint as swept_until
+        returning holder::text as "holder!",
+                  extract(epoch from swept_until)::bigint as swept_until,
+                  extract(epoch from not_before)::bigint as not_before
         "#,
         provider,
         lease.as_secs_f64(),
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|row| row.swept_until))
+    Ok(row.map(|row| Lease {
+        holder: row.holder,
+        swept_until: row.swept_until,
+        not_before: row.not_before,
+    }))
 }
 
 /// Everything created before `swept_until` (Unix seconds) was swept; the
-/// lease is renewed for `lease`. Never moves the checkpoint back.
+/// lease is renewed for `lease`. Never moves the checkpoint back. `false`:
+/// `holder` no longer holds the lease (it expired and another process took
+/// it), and the run must stop.
 pub async fn advance(
     pool: &PgPool,
     provider: &str,
+    holder: &str,
     swept_until: i64,
     lease: Duration,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query!(
         r#"
         update sweeps set
-            swept_until = greatest(swept_until, to_timestamp($2::bigint)),
-            leased_until = now() + make_interval(secs => $3::float8)
-        where provider = $1
+            swept_until = greatest(swept_until, to_timestamp($3::bigint)),
+            leased_until = now() + make_interval(secs => $4::float8)
+        where provider = $1 and holder::text = $2
         "#,
         provider,
+        holder,
         swept_until,
         lease.as_secs_f64(),
     )
     .execute(pool)
     .await?;
-    Ok(())
+    Ok(result.rows_affected() == 1)
 }
 
-/// Gives the lease back without recording a run (the process is stopping).
-pub async fn release(pool: &PgPool, provider: &str) -> Result<(), sqlx::Error> {
+/// Gives the lease back without recording a run (the process is stopping),
+/// if `holder` still holds it.
+pub async fn release(pool: &PgPool, provider: &str, holder: &str) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "update sweeps set leased_until = null where provider = $1",
-        provider
+        "update sweeps set leased_until = null, holder = null where provider = $1 and holder::text = $2",
+        provider,
+        holder,
     )
     .execute(pool)
     .await?;
     Ok(())
 }
 
-/// Records how the run went and gives the lease back.
+/// Records how `holder`'s run went and gives the lease back.
 pub async fn finish(
     pool: &PgPool,
     provider: &str,
+    holder: &str,
     succeeded: bool,
     result: &Value,
 ) -> Result<(), sqlx::Error> {
@@ -80,18 +105,49 @@ pub async fn finish(
         r#"
         update sweeps set
             leased_until = null,
+            holder = null,
             last_run_at = now(),
-            last_success_at = case when $2 then now() else last_success_at end,
-            last_result = $3
-        where provider = $1
+            last_success_at = case when $3 then now() else last_success_at end,
+            last_result = $4
+        where provider = $1 and holder::text = $2
         "#,
         provider,
+        holder,
         succeeded,
         result,
     )
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// Records the cut-over of an import: an earlier handler applied what was
+/// created before `at` (Unix seconds), so no sweep reads earlier. Never
+/// moves it back.
+pub async fn cut_over(pool: &PgPool, provider: &str, at: i64) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        insert into sweeps (provider, not_before) values ($1, to_timestamp($2::bigint))
+        on conflict (provider) do update
+            set not_before = greatest(sweeps.not_before, excluded.not_before)
+        "#,
+        provider,
+        at,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The cut-over of `provider`'s imports (Unix seconds), if any.
+pub async fn not_before(pool: &PgPool, provider: &str) -> Result<Option<i64>, sqlx::Error> {
+    let at = sqlx::query_scalar!(
+        r#"select extract(epoch from not_before)::bigint from sweeps where provider = $1"#,
+        provider
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(at.flatten())
 }
 
 /// The last successful run of each provider's sweep (Unix seconds), for

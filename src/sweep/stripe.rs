@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
-use super::{Mode, Summary, store};
+use super::{Checkpoint, Mode, Summary};
 use crate::effects::stripe::HANDLED_TYPES;
 use crate::providers::stripe::{PROVIDER, listed_event};
 
@@ -51,14 +51,16 @@ struct Listed {
 /// Sweeps `[since, until)` (Unix seconds): lists Stripe's events of the
 /// handled types and applies, counts or imports them ([`Mode`]). With
 /// `checkpoint` (the periodic sweep's lease), the `sweeps` row advances
-/// past each slice once it is applied, and the lease is renewed.
+/// past each slice once it is applied, and the lease is renewed; a run
+/// whose lease another process took over stops.
 pub async fn sweep(
     api: &mut Api,
     pool: &PgPool,
     mode: Mode,
     (since, until): (i64, i64),
-    checkpoint: Option<Duration>,
+    checkpoint: Option<&Checkpoint>,
 ) -> anyhow::Result<Summary> {
+    let requests_before = api.requests;
     let mut summary = Summary {
         provider: PROVIDER,
         since,
@@ -67,7 +69,12 @@ pub async fn sweep(
         ..Summary::default()
     };
     // Slices still to read, oldest last (a stack: the next is popped).
-    let mut slices = vec![(since, until)];
+    // An empty window (a cut-over later than its end) reads nothing.
+    let mut slices = if since < until {
+        vec![(since, until)]
+    } else {
+        vec![]
+    };
     while let Some((from, to)) = slices.pop() {
         let Some(mut listed) = list(api, from, to, &mut summary).await? else {
             let middle = from + (to - from) / 2;
@@ -89,11 +96,11 @@ pub async fn sweep(
             }
         }
         super::apply(pool, mode, events, &mut summary).await?;
-        if let Some(lease) = checkpoint {
-            store::advance(pool, PROVIDER, to, lease).await?;
+        if let Some(checkpoint) = checkpoint {
+            checkpoint.advance(pool, PROVIDER, to).await?;
         }
     }
-    summary.requests = api.requests;
+    summary.requests = api.requests - requests_before;
     Ok(summary)
 }
 
@@ -140,10 +147,16 @@ async fn list(
                 raw: Bytes::from(raw.get().to_owned()),
             });
         }
-        let last = listed.last().map(|event| event.id.clone());
-        if !page.has_more || last.is_none() || last == after {
-            // The end, or a list that does not move on: nothing more to read.
+        if !page.has_more {
             return Ok(Some(listed));
+        }
+        let last = listed.last().map(|event| event.id.clone());
+        if last.is_none() || last == after {
+            // More, it says, yet nothing new: never take that for the end.
+            return Err(ApiFailure::Malformed(
+                "a page with has_more but no new event".into(),
+                PROVIDER,
+            ));
         }
         if listed.len() > SLICE_EVENTS && to - from > 1 {
             return Ok(None);

@@ -191,3 +191,121 @@ async fn a_razorpay_dry_run_counts_and_writes_nothing_and_a_refused_key_stops(po
     assert!(message.contains("RAZORPAY_KEY_SECRET"), "{message}");
     app.assert_nothing_written().await;
 }
+
+fn sweeper(app: &TestApp, fake: &FakeRazorpay) -> webhookd::sweep::schedule::Sweeper {
+    use webhookd::sweep::api::{Api, Auth};
+    let auth = Auth::Basic {
+        user: KEY_ID.to_owned(),
+        password: KEY_SECRET.into(),
+    };
+    let target = webhookd::sweep::schedule::Target {
+        provider: "razorpay",
+        api: Api::new("razorpay", &fake.base_url(), &auth, 100, "check it").unwrap(),
+        window: std::time::Duration::from_secs(24 * 3600),
+    };
+    webhookd::sweep::schedule::Sweeper::new(
+        app.pool.clone(),
+        vec![target],
+        std::time::Duration::from_secs(600),
+        Clock::System,
+    )
+}
+
+#[sqlx::test]
+async fn a_payment_captured_after_a_periodic_run_listed_it_is_credited_by_the_next(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    let t = now() - 3600;
+    // Authorized when the first run reads it; captured before the second.
+    let fake = FakeRazorpay::start(
+        KEY_ID,
+        KEY_SECRET,
+        vec![payment("pay_late", 1500, "authorized", Some("user_1"), t)],
+        vec![],
+    )
+    .await;
+    let mut sweeper = sweeper(&app, &fake);
+    sweeper.run_once().await;
+    assert_eq!(app.balance("user_1", "INR").await, None);
+    let captured = FakeRazorpay::start(
+        KEY_ID,
+        KEY_SECRET,
+        vec![payment("pay_late", 1500, "captured", Some("user_1"), t)],
+        vec![],
+    )
+    .await;
+    sweeper.targets[0].api = {
+        use webhookd::sweep::api::{Api, Auth};
+        let auth = Auth::Basic {
+            user: KEY_ID.to_owned(),
+            password: KEY_SECRET.into(),
+        };
+        Api::new("razorpay", &captured.base_url(), &auth, 100, "check it").unwrap()
+    };
+    sweeper.run_once().await;
+    assert_eq!(app.balance("user_1", "INR").await, Some(1500));
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn after_an_import_no_razorpay_sweep_credits_what_the_earlier_handler_applied(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    let t = now() - 3600;
+    // The earlier handler credited pay_old; webhookd imports its event ids.
+    let fake = FakeRazorpay::start(
+        KEY_ID,
+        KEY_SECRET,
+        vec![payment("pay_old", 900, "captured", Some("user_1"), t)],
+        vec![],
+    )
+    .await;
+    let file = std::env::temp_dir().join(format!(
+        "webhookd-rzp-import-{}-{}.csv",
+        std::process::id(),
+        now()
+    ));
+    std::fs::write(&file, "evt_handled_by_the_old_handler\n").unwrap();
+    let import = webhookd::config::ImportArgs {
+        source: None,
+        provider: Some("razorpay".into()),
+        from_csv: Some(file.clone()),
+        since: std::time::Duration::from_secs(3600),
+        dry_run: false,
+        api: webhookd::config::StripeApiArgs {
+            stripe_api_key: None,
+            stripe_api_base: "https://api.stripe.com".into(),
+            rate: 20,
+        },
+    };
+    webhookd::cli::sweep::import(&app.pool, &import, &Clock::System, &mut Vec::new())
+        .await
+        .unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let summary = sweep(&app, &fake, false).await;
+    assert_eq!(
+        (&summary["listed"], &summary["recovered"]),
+        (&json!(0), &json!(0)),
+        "{summary}"
+    );
+    sweeper(&app, &fake).run_once().await;
+    assert_eq!(
+        app.balance("user_1", "INR").await,
+        None,
+        "nothing credited twice"
+    );
+    // A payment after the cut-over is swept as usual (an hour later).
+    fake.add_payment(payment(
+        "pay_new",
+        400,
+        "captured",
+        Some("user_1"),
+        now() + 1800,
+    ));
+    let later = Clock::Fixed(now() + 3600);
+    let mut out = Vec::new();
+    webhookd::cli::sweep::sweep(&app.pool, &args(&fake, KEY_SECRET, false), &later, &mut out)
+        .await
+        .unwrap();
+    let summary: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(summary["recovered"], 1, "{summary}");
+    assert_eq!(app.balance("user_1", "INR").await, Some(400));
+}
