@@ -159,10 +159,15 @@ impl Api {
                 Ok(response) => {
                     let status = response.status();
                     let retry_after = retry_after(response.headers().get(RETRY_AFTER));
-                    let body = response.bytes().await;
-                    match (status, body) {
-                        (StatusCode::OK, Ok(body)) => return Ok(body.to_vec()),
-                        (_, Err(error)) => {
+                    match (status, read_bounded(response).await) {
+                        (StatusCode::OK, Ok(body)) => return Ok(body),
+                        (_, Err(Unread::TooLarge)) => {
+                            return Err(ApiFailure::Malformed(
+                                format!("a body over {MOST_BODY_BYTES} bytes"),
+                                self.provider,
+                            ));
+                        }
+                        (_, Err(Unread::Failed(error))) => {
                             last = error.without_url().to_string();
                             None
                         }
@@ -214,6 +219,32 @@ impl Api {
         tokio::time::sleep_until(self.next_start).await;
         self.next_start = Instant::now() + self.interval;
     }
+}
+
+/// Largest body read from a provider: a page of 100 objects is far smaller.
+pub const MOST_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+enum Unread {
+    TooLarge,
+    Failed(reqwest::Error),
+}
+
+/// The body, read chunk by chunk, refused past [`MOST_BODY_BYTES`].
+async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, Unread> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > MOST_BODY_BYTES as u64)
+    {
+        return Err(Unread::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Unread::Failed)? {
+        if body.len() + chunk.len() > MOST_BODY_BYTES {
+            return Err(Unread::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn is_loopback(url: &Url) -> bool {
