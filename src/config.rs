@@ -16,7 +16,7 @@ mod sweep;
 pub use connections::ConnectionSettings;
 pub use sweep::{
     Against, ImportArgs, ImportSource, PeriodicSweepArgs, RazorpayApiArgs, RazorpaySweepArgs,
-    StripeApiArgs, StripeSweepArgs, SweepCommand,
+    ReconcileArgs, StripeApiArgs, StripeSweepArgs, SweepCommand,
 };
 
 #[derive(Debug, Parser)]
@@ -92,23 +92,6 @@ impl RetentionArgs {
     pub fn window(&self) -> Duration {
         Duration::from_secs(u64::from(self.retention_days) * 86_400)
     }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ReconcileArgs {
-    #[command(flatten)]
-    pub retention: RetentionArgs,
-    /// Compare the ledger with this provider's succeeded payments and
-    /// refunds of the last `--since` instead (exit 1 on any difference).
-    #[arg(long, value_enum)]
-    pub against: Option<Against>,
-    /// The window `--against` compares.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30d")]
-    pub since: Duration,
-    #[command(flatten)]
-    pub stripe: StripeApiArgs,
-    #[command(flatten)]
-    pub razorpay: RazorpayApiArgs,
 }
 
 #[derive(Debug, Clone, Args)]

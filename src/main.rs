@@ -2,12 +2,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use webhookd::clock::Clock;
-use webhookd::config::{self, Cli, Command, DatabaseSettings, ServeSettings};
-use webhookd::http::metrics::WorkerStats;
-use webhookd::startup::{self, Application};
+use webhookd::config::{Cli, Command, ServeSettings};
+use webhookd::startup;
 use webhookd::{db, telemetry};
 
 #[tokio::main]
@@ -90,65 +87,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Send(_) | Command::Drill(_) | Command::Healthcheck { .. }) => {
             unreachable!("handled above")
         }
-        Some(Command::Serve(settings)) => return serve(*settings, &cli.database, pool).await,
-        None => return serve(ServeSettings::default(), &cli.database, pool).await,
+        Some(Command::Serve(settings)) => {
+            return startup::serve(*settings, &cli.database, pool).await;
+        }
+        None => return startup::serve(ServeSettings::default(), &cli.database, pool).await,
     };
     pool.close().await;
     result
-}
-
-async fn serve(
-    mut settings: ServeSettings,
-    database: &DatabaseSettings,
-    pool: sqlx::PgPool,
-) -> anyhow::Result<()> {
-    settings.sources = config::sources_from_env(
-        // Only our own variables; others need not even be valid Unicode.
-        std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-    )?;
-    db::migrate(database)
-        .await
-        .context("migrations failed at start-up")?;
-    let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
-    let tasks = TaskTracker::new();
-    let mut workers = WorkerStats::default();
-    if settings.role.drains() {
-        let drainer = startup::drainer(&settings, pool.clone(), Clock::System)?;
-        workers.deliveries = Some(drainer.stats().clone());
-        tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
-        if let Some(sweeper) = startup::sweeper(&settings, pool.clone(), Clock::System)? {
-            workers.sweeps = Some(sweeper.stats.clone());
-            tasks.spawn(sweeper.run(shutdown.clone()));
-        }
-    }
-    let clock = Clock::System;
-    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), workers).await?;
-    let served = app.run_until_stopped().await;
-    // Whatever stopped the server stops the drainer too (soft stop, then hard).
-    shutdown.cancel();
-    tasks.close();
-    tasks.wait().await;
-    pool.close().await;
-    tracing::info!("stopped");
-    served
-}
-
-/// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces exit.
-async fn stop_on_signal(shutdown: CancellationToken) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("can install a SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("shutdown requested: finishing in-flight requests");
-    shutdown.cancel();
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::warn!("second signal: exiting now");
-    std::process::exit(130);
 }

@@ -9,10 +9,12 @@ use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
-use crate::config::ServeSettings;
+use crate::config::{self, DatabaseSettings, ServeSettings};
 use crate::config::{RazorpayApiArgs, StripeApiArgs};
+use crate::db;
 use crate::http::metrics::{Metrics, WorkerStats};
 use crate::http::serve::{self, ConnectionLimits};
 use crate::http::{self, AppState, Limits};
@@ -271,4 +273,62 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
         },
     };
     Ok(Drainer::new(pool, sink, drainer_settings, clock))
+}
+
+/// `webhookd serve`: migrate, then run the drainer and the periodic sweep
+/// (when this process drains) and the HTTP server until a signal stops them.
+pub async fn serve(
+    mut settings: ServeSettings,
+    database: &DatabaseSettings,
+    pool: sqlx::PgPool,
+) -> anyhow::Result<()> {
+    settings.sources = config::sources_from_env(
+        // Only our own variables; others need not even be valid Unicode.
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    )?;
+    db::migrate(database)
+        .await
+        .context("migrations failed at start-up")?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let tasks = TaskTracker::new();
+    let mut workers = WorkerStats::default();
+    if settings.role.drains() {
+        let drainer = drainer(&settings, pool.clone(), Clock::System)?;
+        workers.deliveries = Some(drainer.stats().clone());
+        tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
+        if let Some(sweeper) = sweeper(&settings, pool.clone(), Clock::System)? {
+            workers.sweeps = Some(sweeper.stats.clone());
+            tasks.spawn(sweeper.run(shutdown.clone()));
+        }
+    }
+    let clock = Clock::System;
+    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), workers).await?;
+    let served = app.run_until_stopped().await;
+    // Whatever stopped the server stops the drainer too (soft stop, then hard).
+    shutdown.cancel();
+    tasks.close();
+    tasks.wait().await;
+    pool.close().await;
+    tracing::info!("stopped");
+    served
+}
+
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces exit.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("can install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutdown requested: finishing in-flight requests");
+    shutdown.cancel();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(130);
 }

@@ -133,3 +133,21 @@ pub enum Against {
 pub enum ImportSource {
     Stripe,
 }
+
+/// `webhookd reconcile`, and with `--against`, the ledger against a provider.
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub retention: super::RetentionArgs,
+    /// Compare the ledger with this provider's succeeded payments and
+    /// refunds of the last `--since` instead (exit 1 on any difference).
+    #[arg(long, value_enum)]
+    pub against: Option<Against>,
+    /// The window `--against` compares.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30d")]
+    pub since: Duration,
+    #[command(flatten)]
+    pub stripe: StripeApiArgs,
+    #[command(flatten)]
+    pub razorpay: RazorpayApiArgs,
+}
