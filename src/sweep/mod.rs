@@ -89,6 +89,29 @@ pub async fn floor(pool: &PgPool, provider: &str, since: i64) -> anyhow::Result<
         .map_or(since, |at| at.max(since)))
 }
 
+impl Summary {
+    pub(crate) fn new(provider: &'static str, mode: Mode, (since, until): (i64, i64)) -> Self {
+        Summary {
+            provider,
+            since,
+            until,
+            dry_run: mode == Mode::DryRun,
+            ..Summary::default()
+        }
+    }
+}
+
+/// The slices still to read of `[since, until)`, oldest last (a stack: the
+/// next is popped). An empty window (a cut-over later than its end) reads
+/// nothing.
+pub(crate) fn slices((since, until): (i64, i64)) -> Vec<(i64, i64)> {
+    if since < until {
+        vec![(since, until)]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Tries for one event whose transaction failed transiently (the database
 /// restarting, a lock timeout) before the sweep gives up.
 const INGEST_TRIES: u32 = 5;

@@ -63,19 +63,8 @@ pub async fn sweep(
         mode != Mode::Import,
         "Razorpay lists payments, not events: use `webhookd import --provider razorpay --from-csv`"
     );
-    let mut summary = Summary {
-        provider: PROVIDER,
-        since,
-        until,
-        dry_run: mode == Mode::DryRun,
-        ..Summary::default()
-    };
-    // An empty window (a cut-over later than its end) reads nothing.
-    let mut slices = if since < until {
-        vec![(since, until)]
-    } else {
-        vec![]
-    };
+    let mut summary = Summary::new(PROVIDER, mode, (since, until));
+    let mut slices = super::slices((since, until));
     while let Some((from, to)) = slices.pop() {
         let listed = match list(api, "/v1/payments", from, to, &mut summary).await? {
             Some(payments) => list(api, "/v1/refunds", from, to, &mut summary)

@@ -61,20 +61,8 @@ pub async fn sweep(
     checkpoint: Option<&Checkpoint>,
 ) -> anyhow::Result<Summary> {
     let requests_before = api.requests;
-    let mut summary = Summary {
-        provider: PROVIDER,
-        since,
-        until,
-        dry_run: mode == Mode::DryRun,
-        ..Summary::default()
-    };
-    // Slices still to read, oldest last (a stack: the next is popped).
-    // An empty window (a cut-over later than its end) reads nothing.
-    let mut slices = if since < until {
-        vec![(since, until)]
-    } else {
-        vec![]
-    };
+    let mut summary = Summary::new(PROVIDER, mode, (since, until));
+    let mut slices = super::slices((since, until));
     while let Some((from, to)) = slices.pop() {
         let Some(mut listed) = list(api, from, to, &mut summary).await? else {
             let middle = from + (to - from) / 2;
