@@ -147,8 +147,12 @@ impl Sweeper {
         };
         let now = self.clock.now();
         let target = &mut self.targets[index];
-        let floor = (now - secs(target.window)).max(lease.not_before.unwrap_or(0));
-        if lease.swept_until.is_some_and(|swept| swept < floor) {
+        let window_start = now - secs(target.window);
+        let floor = window_start.max(lease.not_before.unwrap_or(0));
+        // Down for longer than the window (and not because of a cut-over).
+        if lease.swept_until.is_some_and(|swept| swept < window_start)
+            && lease.not_before.is_none_or(|cut| cut < window_start)
+        {
             tracing::warn!(
                 provider,
                 "the last sweep ended before the window: events in between were never swept"
