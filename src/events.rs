@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
 use crate::effects::Outcome;
-use crate::providers::VerifiedEvent;
+use crate::providers::{VerifiedEvent, Via};
 
 /// Claims `(provider, event_id)`. `false`: the event id is already recorded
 /// (a concurrent claim waits on the primary key until the first commits or
@@ -93,7 +93,7 @@ pub async fn import(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<bo
         insert into processed_events
             (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_via)
         values ($1, $2, $3, 'imported', '{"reason": "applied before webhookd, recorded by webhookd import"}',
-                ($4::text)::jsonb, to_timestamp($5::bigint), 'import')
+                ($4::text)::jsonb, to_timestamp($5::bigint), $6)
         on conflict (provider, event_id) do nothing
         "#,
         event.provider(),
@@ -101,6 +101,7 @@ pub async fn import(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<bo
         event.event_type(),
         payload,
         event.created(),
+        Via::Import.as_str(),
     )
     .execute(conn)
     .await?;
@@ -136,7 +137,7 @@ pub async fn import_rows(
             (provider, event_id, event_type, outcome, detail, payload, received_at, received_via)
         select $1, event_id, event_type, 'imported',
                '{"reason": "applied before webhookd, recorded by webhookd import"}',
-               ($4::text)::jsonb, coalesce(to_timestamp(processed_at), now()), 'import'
+               ($4::text)::jsonb, coalesce(to_timestamp(processed_at), now()), $6
         from unnest($2::text[], $3::text[], $5::bigint[]) as input (event_id, event_type, processed_at)
         order by event_id
         on conflict (provider, event_id) do nothing
@@ -146,6 +147,7 @@ pub async fn import_rows(
         &types,
         NO_PAYLOAD,
         &at as &[Option<i64>],
+        Via::Import.as_str(),
     )
     .execute(pool)
     .await?;

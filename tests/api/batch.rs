@@ -328,15 +328,7 @@ async fn many_concurrent_requests_for_few_wallets_credit_each_event_once(pool: P
         answer["outcome"].as_str().unwrap().to_owned()
     }))
     .await;
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.address))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("\nwebhookd_ingest_batch_fallbacks_total 0\n"),
         "every batch committed as one: {metrics}"

@@ -181,10 +181,7 @@ fn list_objects(
     of: fn(&Shared) -> &Vec<Value>,
     url: &str,
 ) -> Response {
-    let key = headers.get(header::AUTHORIZATION);
-    let key = key
-        .and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "))
-        .unwrap_or_default();
+    let key = bearer(headers);
     if key != state.borrow().key {
         return unauthorized(key);
     }
@@ -203,10 +200,7 @@ async fn retrieve_payment_intent(
     headers: HeaderMap,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
-    let key = headers.get(header::AUTHORIZATION);
-    let key = key
-        .and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "))
-        .unwrap_or_default();
+    let key = bearer(&headers);
     if key != state.borrow().key {
         return unauthorized(key);
     }
@@ -232,9 +226,7 @@ async fn list_events(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let query = parse_query(raw.as_deref().unwrap_or_default());
-    let bearer = headers.get(header::AUTHORIZATION);
-    let key = bearer.and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "));
-    let key = key.unwrap_or_default();
+    let key = bearer(&headers);
     let authorized = key == state.borrow().key;
     let response = async {
         let mut failure = None;
@@ -366,6 +358,14 @@ fn invalid(param: &str, message: &str) -> Failure {
 }
 
 /// Stripe's 401, which shows only the key's prefix and last four characters.
+/// The key of `Authorization: Bearer <key>`, or "".
+fn bearer(headers: &HeaderMap) -> &str {
+    let value = headers.get(header::AUTHORIZATION);
+    value
+        .and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "))
+        .unwrap_or_default()
+}
+
 fn unauthorized(key: &str) -> Response {
     let prefix = key.rfind('_').map_or(0, |at| at + 1);
     let tail = &key[key.len().saturating_sub(4).max(prefix)..];

@@ -148,6 +148,18 @@ impl TestApp {
         answer
     }
 
+    /// `GET /metrics`, as text.
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .client
+            .get(format!("{}/metrics", self.address))
+            .send()
+            .await
+            .expect("the request is sent");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.unwrap()
+    }
+
     pub async fn count(&self, table: &str) -> i64 {
         // Table names come from the tests themselves, never from input.
         sqlx::query_scalar(&format!("select count(*) from {table}"))

@@ -508,15 +508,7 @@ async fn the_periodic_sweep_recovers_announces_the_gap_and_resumes_from_its_chec
         "checkpoint at the run's end"
     );
     assert_eq!(result["recovered"], 1);
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.address))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     let gauge = "webhookd_sweep_last_success_timestamp_seconds{provider=\"stripe\"} ";
     assert!(metrics.contains(gauge), "{metrics}");
 
