@@ -55,7 +55,7 @@ as_pg_user() {
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 free_port() {
-    local port=${1:-54329}
+    local port=${1:-25432}
     while port_in_use "$port"; do port=$((port + 1)); done
     echo "$port"
 }
@@ -77,11 +77,25 @@ start_cluster() {
         as_pg_user "$bindir/initdb" -D "$datadir" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null \
             || die "initdb failed"
     fi
-    port=$(free_port "${WEBHOOKD_PG_PORT:-54329}")
     for setting in "$@"; do settings="$settings -c $setting"; done
-    as_pg_user "$bindir/pg_ctl" -D "$datadir" -l "$datadir/server.log" -w -t 60 \
-        -o "-p $port -k $datadir -c listen_addresses=127.0.0.1 $settings" start >/dev/null \
-        || { cat "$datadir/server.log" >&2; die "Postgres did not start"; }
+    # The default port lies below the kernel's ephemeral range, so no client
+    # socket of a test can be holding it; a port taken between the check and
+    # the bind is skipped, a few times, before giving up.
+    port=$(free_port "${WEBHOOKD_PG_PORT:-25432}")
+    local attempt
+    for attempt in 1 2 3 4 5 6 7 8; do
+        rm -f "$datadir/server.log"
+        if as_pg_user "$bindir/pg_ctl" -D "$datadir" -l "$datadir/server.log" -w -t 60 \
+            -o "-p $port -k $datadir -c listen_addresses=127.0.0.1 $settings" start >/dev/null; then
+            break
+        fi
+        if [ "$attempt" -lt 8 ] && grep -q "could not create any TCP/IP sockets" "$datadir/server.log"; then
+            port=$(free_port $((port + 1)))
+            continue
+        fi
+        cat "$datadir/server.log" >&2
+        die "Postgres did not start"
+    done
     PG_CLUSTER_DIR=$datadir
     PG_CLUSTER_OPTIONS="-p $port -k $datadir -c listen_addresses=127.0.0.1 $settings"
     export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
