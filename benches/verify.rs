@@ -149,5 +149,5 @@ fn credit(bencher: Bencher) {
         stripe_body(1024),
     )
     .expect("an event");
-    bencher.bench(|| effects::plain_credit(&event).expect("a plain credit"));
+    bencher.bench(|| effects::plan(&event).credit.expect("a plain credit"));
 }

@@ -63,23 +63,6 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
     }
 }
 
-/// Serialises work on one natural key (e.g. a credit and the refunds that
-/// wait for it) until the transaction ends.
-pub async fn lock_key(
-    conn: &mut sqlx::PgConnection,
-    provider: &str,
-    key: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        r#"select pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 0)) as "locked!: ()""#,
-        provider,
-        key
-    )
-    .fetch_one(conn)
-    .await?;
-    Ok(())
-}
-
 /// What a database error means for the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {

@@ -7,52 +7,123 @@ use sqlx::{PgConnection, PgPool};
 use crate::effects::Outcome;
 use crate::providers::{VerifiedEvent, Via};
 
-/// Claims `(provider, event_id)`. `false`: the event id is already recorded
-/// (a concurrent claim waits on the primary key until the first commits or
-/// rolls back, so exactly one delivery wins).
-pub async fn claim(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<bool, sqlx::Error> {
-    // Parsed as JSON before it got here, so this cannot fail in practice.
-    let payload = event
-        .stored_payload()
-        .map_err(|e| sqlx::Error::Decode(e.into()))?;
-    claim_storing(conn, event, payload).await
+/// An event to claim, with the payload to store for it.
+pub struct Claim<'a> {
+    pub event: &'a VerifiedEvent,
+    pub payload: &'a str,
 }
 
-/// What [`claim_without_payload`] stores in place of the payload.
+impl<'a> Claim<'a> {
+    /// The event with its verified payload.
+    pub fn of(event: &'a VerifiedEvent) -> Result<Self, sqlx::Error> {
+        // Parsed as JSON before it got here, so this cannot fail in practice.
+        let payload = event
+            .stored_payload()
+            .map_err(|e| sqlx::Error::Decode(e.into()))?;
+        Ok(Claim { event, payload })
+    }
+
+    /// The event with [`PAYLOAD_NOT_STORED`]: for an event whose payload is
+    /// what the database refuses, so that it is still recorded once.
+    pub fn without_payload(event: &'a VerifiedEvent) -> Self {
+        Claim {
+            event,
+            payload: PAYLOAD_NOT_STORED,
+        }
+    }
+}
+
+/// What a claim stores in place of a payload the database refused.
 pub const PAYLOAD_NOT_STORED: &str =
     r#"{"webhookd": "payload not stored: the database refused it"}"#;
 
-/// [`claim`], storing [`PAYLOAD_NOT_STORED`]: for an event whose payload
-/// is what the database refuses, so that it is still recorded once.
-pub async fn claim_without_payload(
-    conn: &mut PgConnection,
-    event: &VerifiedEvent,
-) -> Result<bool, sqlx::Error> {
-    claim_storing(conn, event, PAYLOAD_NOT_STORED).await
+/// An advisory lock to take with the claims: `owner` is the index of the
+/// claim it belongs to (taken only when that event is claimed), or `None`
+/// to take it in any case. Locks are taken in one global order, `(class,
+/// hash of key)`, so no two transactions that lock this way can deadlock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lock {
+    pub owner: Option<usize>,
+    pub class: i16,
+    pub key: String,
 }
 
-async fn claim_storing(
+/// Claims each event's `(provider, event_id)`, sorted (so concurrent
+/// transactions claim in one order), and then takes the locks of the events
+/// claimed, in their global order. Returns the indexes of the claims that
+/// were new: the others are recorded already (a concurrent claim waits on
+/// the primary key until the first commits or rolls back, so exactly one
+/// delivery wins). Copies among `claims` claim once (the first).
+pub async fn claim_and_lock(
     conn: &mut PgConnection,
-    event: &VerifiedEvent,
-    payload: &str,
-) -> Result<bool, sqlx::Error> {
-    let result = sqlx::query!(
+    claims: &[Claim<'_>],
+    locks: &[Lock],
+) -> Result<Vec<usize>, sqlx::Error> {
+    let column = |f: fn(&Claim<'_>) -> String| claims.iter().map(f).collect::<Vec<_>>();
+    let created: Vec<Option<i64>> = claims.iter().map(|c| c.event.created()).collect();
+    let lock_owner: Vec<Option<i32>> = locks
+        .iter()
+        .map(|l| l.owner.map(|o| i32::try_from(o).unwrap_or(i32::MAX)))
+        .collect();
+    let lock_class: Vec<i16> = locks.iter().map(|l| l.class).collect();
+    let lock_key: Vec<String> = locks.iter().map(|l| l.key.clone()).collect();
+    // The outer select takes the locks in the subquery's (sorted) order; the
+    // sort reads every claimed row first, so all claims precede all locks.
+    let rows = sqlx::query!(
         r#"
-        insert into processed_events
-            (provider, event_id, event_type, outcome, payload, provider_created_at, received_via)
-        values ($1, $2, $3, 'pending', ($4::text)::jsonb, to_timestamp($5::bigint), $6)
-        on conflict (provider, event_id) do nothing
+        with input as (
+            select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
+                with ordinality
+                as input (provider, event_id, event_type, payload, created, received_via, position)
+        ), claimed as (
+            insert into processed_events
+                (provider, event_id, event_type, outcome, payload, provider_created_at, received_via)
+            select distinct on (provider, event_id)
+                   provider, event_id, event_type, 'pending', payload::jsonb, to_timestamp(created), received_via
+            from input
+            order by provider, event_id, position
+            on conflict (provider, event_id) do nothing
+            returning provider, event_id
+        ), new as (
+            select (min(input.position) - 1)::int as index
+            from claimed join input using (provider, event_id)
+            group by provider, event_id
+        ), lock as (
+            select hashtextextended(key, 0) as hash, class
+            from unnest($7::int[], $8::smallint[], $9::text[]) as lock (owner, class, key)
+            where owner is null or owner in (select index from new)
+        )
+        select new.index as "index!" from new
+        union all
+        select -1 from (
+            select pg_advisory_xact_lock(hash) as locked
+            from (select distinct class, hash from lock order by class, hash) as sorted
+        ) as locks
         "#,
-        event.provider(),
-        event.event_id(),
-        event.event_type(),
-        payload,
-        event.created(),
-        event.via().as_str(),
+        &column(|c| c.event.provider().to_owned()),
+        &column(|c| c.event.event_id().to_owned()),
+        &column(|c| c.event.event_type().to_owned()),
+        &column(|c| c.payload.to_owned()),
+        &created as &[Option<i64>],
+        &column(|c| c.event.via().as_str().to_owned()),
+        &lock_owner as &[Option<i32>],
+        &lock_class,
+        &lock_key,
     )
-    .execute(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(result.rows_affected() == 1)
+    let mut claimed: Vec<usize> = rows
+        .into_iter()
+        .filter_map(|row| usize::try_from(row.index).ok())
+        .collect();
+    claimed.sort_unstable();
+    Ok(claimed)
+}
+
+/// Claims one event ([`claim_and_lock`] without locks). `false`: recorded
+/// already.
+pub async fn claim(conn: &mut PgConnection, claim: Claim<'_>) -> Result<bool, sqlx::Error> {
+    Ok(!claim_and_lock(conn, &[claim], &[]).await?.is_empty())
 }
 
 /// Claims an event webhookd itself raises (a sweep's `webhookd.delivery_gap`),
@@ -174,6 +245,44 @@ pub async fn recorded(
     Ok(found.into_iter().collect())
 }
 
+/// An event's outcome and the `detail` stored with it.
+pub struct Recorded<'a> {
+    pub provider: &'a str,
+    pub event_id: &'a str,
+    pub outcome: Outcome,
+    pub detail: &'a Value,
+}
+
+/// Records the outcomes of claimed events, in one statement.
+pub async fn record_outcomes(
+    conn: &mut PgConnection,
+    outcomes: &[Recorded<'_>],
+) -> Result<(), sqlx::Error> {
+    if outcomes.is_empty() {
+        return Ok(());
+    }
+    let providers: Vec<&str> = outcomes.iter().map(|o| o.provider).collect();
+    let event_ids: Vec<&str> = outcomes.iter().map(|o| o.event_id).collect();
+    let kinds: Vec<&str> = outcomes.iter().map(|o| o.outcome.as_str()).collect();
+    let details: Vec<Value> = outcomes.iter().map(|o| o.detail.clone()).collect();
+    sqlx::query!(
+        r#"
+        update processed_events e set outcome = input.outcome, detail = input.detail
+        from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])
+            as input (provider, event_id, outcome, detail)
+        where e.provider = input.provider and e.event_id = input.event_id
+        "#,
+        &providers as &[&str],
+        &event_ids as &[&str],
+        &kinds as &[&str],
+        &details,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// [`record_outcomes`] of one event.
 pub async fn record_outcome(
     conn: &mut PgConnection,
     provider: &str,
@@ -181,19 +290,32 @@ pub async fn record_outcome(
     outcome: Outcome,
     detail: &Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        r#"
-        update processed_events set outcome = $3, detail = $4
-        where provider = $1 and event_id = $2
-        "#,
+    let recorded = Recorded {
         provider,
         event_id,
-        outcome.as_str(),
+        outcome,
         detail,
+    };
+    record_outcomes(conn, &[recorded]).await
+}
+
+/// Which of `waits_for` (keys of `provider`'s credits) have events waiting.
+pub async fn waiting(
+    conn: &mut PgConnection,
+    provider: &str,
+    waits_for: &[&str],
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    let found = sqlx::query_scalar!(
+        r#"
+        select distinct waits_for from deferred_events
+        where provider = $1 and waits_for = any($2::text[])
+        "#,
+        provider,
+        waits_for as &[&str],
     )
-    .execute(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(())
+    Ok(found.into_iter().collect())
 }
 
 /// Parks an event until `waits_for` (the key of its dependency) is applied.

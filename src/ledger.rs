@@ -34,16 +34,11 @@ pub struct NewEntry<'a> {
     pub parent_ref: Option<&'a str>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
-pub enum Posted {
-    Posted {
-        entry_id: i64,
-        balance_minor: i64,
-    },
-    /// The natural key was taken: by this event id, the balance did not move.
-    AlreadyPosted {
-        owner_event_id: String,
-    },
+/// A posted entry and its wallet's balance right after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Posted {
+    pub entry_id: i64,
+    pub balance_minor: i64,
 }
 
 /// A posted entry, as far as refunds need to know it.
@@ -55,54 +50,152 @@ pub struct Entry {
     pub event_id: String,
 }
 
-/// Inserts the entry and moves the balance, in one statement; does nothing if
-/// the natural key is already taken.
-pub async fn post(conn: &mut PgConnection, entry: &NewEntry<'_>) -> Result<Posted, sqlx::Error> {
-    let posted = sqlx::query!(
+/// Inserts the entries in order and moves their wallets (one update per
+/// wallet, in key order), in one statement. An entry whose natural key is
+/// taken (by an earlier entry, in this call or before) posts nothing: `None`
+/// at its index, and the balance does not move. Call with the wallets'
+/// locks held ([`lock_wallets`]).
+pub async fn post<'a>(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'a>],
+) -> Result<Vec<Option<Posted>>, sqlx::Error> {
+    let column = |f: fn(&NewEntry<'a>) -> &'a str| entries.iter().map(f).collect::<Vec<_>>();
+    let amounts: Vec<i64> = entries.iter().map(|e| e.amount_minor).collect();
+    let parents: Vec<Option<&str>> = entries.iter().map(|e| e.parent_ref).collect();
+    let rows = sqlx::query!(
         r#"
-        with entry as (
+        with input as (
+            select * from unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+                with ordinality
+                as input (user_id, currency, amount_minor, kind, provider, source_ref, event_id, parent_ref, position)
+        ), entry as (
+            -- In order: of two entries with one natural key, the first posts.
             insert into wallet_entries
                 (user_id, currency, amount_minor, kind, provider, source_ref, event_id, parent_ref)
-            values ($1, $2, $3, $4, $5, $6, $7, $8)
+            select user_id, currency, amount_minor, kind, provider, source_ref, event_id, parent_ref
+            from input
+            order by position
             on conflict (provider, kind, source_ref) do nothing
-            returning id, user_id, currency, amount_minor
+            returning id, user_id, currency, amount_minor, provider, kind, source_ref
         ), wallet as (
             insert into wallets (user_id, currency, balance_minor)
-            select user_id, currency, amount_minor from entry
+            select user_id, currency, sum(amount_minor)::bigint
+            from entry
+            group by user_id, currency
+            order by user_id, currency
             on conflict (user_id, currency) do update
                 set balance_minor = wallets.balance_minor + excluded.balance_minor,
                     updated_at = now()
-            returning balance_minor
+            returning user_id, currency, balance_minor
         )
-        select entry.id as "entry_id!", wallet.balance_minor as "balance_minor!"
-        from entry, wallet
+        -- The balance right after each entry: the wallet's new balance less
+        -- the entries of this statement that come after it.
+        select (first.position - 1)::int as "index!", entry.id as "entry_id!",
+               (wallet.balance_minor - coalesce(sum(entry.amount_minor) over (
+                   partition by entry.user_id, entry.currency order by entry.id
+                   rows between 1 following and unbounded following), 0))::bigint as "balance_minor!"
+        from entry
+        join wallet using (user_id, currency)
+        join (select provider, kind, source_ref, min(position) as position
+              from input group by provider, kind, source_ref) as first
+            using (provider, kind, source_ref)
         "#,
-        entry.user_id,
-        entry.currency,
-        entry.amount_minor,
-        entry.kind.as_str(),
-        entry.provider,
-        entry.source_ref,
-        entry.event_id,
-        entry.parent_ref,
+        &column(|e| e.user_id) as &[&str],
+        &column(|e| e.currency) as &[&str],
+        &amounts,
+        &column(|e| e.kind.as_str()) as &[&str],
+        &column(|e| e.provider) as &[&str],
+        &column(|e| e.source_ref) as &[&str],
+        &column(|e| e.event_id) as &[&str],
+        &parents as &[Option<&str>],
     )
-    .fetch_optional(&mut *conn)
+    .fetch_all(conn)
     .await?;
-
-    match posted {
-        Some(row) => Ok(Posted::Posted {
-            entry_id: row.entry_id,
-            balance_minor: row.balance_minor,
-        }),
-        None => {
-            let owner = find(conn, entry.provider, entry.kind, entry.source_ref)
-                .await?
-                .ok_or(sqlx::Error::RowNotFound)?;
-            Ok(Posted::AlreadyPosted {
-                owner_event_id: owner.event_id,
-            })
+    let mut posted = vec![None; entries.len()];
+    for row in rows {
+        if let Some(slot) = usize::try_from(row.index)
+            .ok()
+            .and_then(|i| posted.get_mut(i))
+        {
+            *slot = Some(Posted {
+                entry_id: row.entry_id,
+                balance_minor: row.balance_minor,
+            });
         }
     }
+    Ok(posted)
+}
+
+/// The event that posted each of `source_refs`' entries of `kind`.
+pub async fn owners(
+    conn: &mut PgConnection,
+    provider: &str,
+    kind: EntryKind,
+    source_refs: &[&str],
+) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select source_ref, event_id from wallet_entries
+        where provider = $1 and kind = $2 and source_ref = any($3::text[])
+        "#,
+        provider,
+        kind.as_str(),
+        source_refs as &[&str],
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.source_ref, r.event_id))
+        .collect())
+}
+
+/// The lock class of wallets: taken after every lock of class 1 (the
+/// effects' keys), since which wallet a refund debits is known only once its
+/// credit's lock is held.
+pub const WALLET_LOCK_CLASS: i16 = 2;
+
+/// The advisory lock key of a wallet.
+pub fn wallet_lock(user_id: &str, currency: &str) -> String {
+    format!("wallet:{user_id}:{currency}")
+}
+
+/// Takes the locks of `wallets` and of the wallets credited by the credits
+/// `credits_of` (`(provider, source_ref)`), in one statement, in the global
+/// lock order (class [`WALLET_LOCK_CLASS`], by hash). Call with the
+/// credits' locks held, so that no credit of `credits_of` appears meanwhile.
+pub async fn lock_wallets(
+    conn: &mut PgConnection,
+    wallets: &[(&str, &str)],
+    credits_of: &[(&str, &str)],
+) -> Result<(), sqlx::Error> {
+    let keys: Vec<String> = wallets.iter().map(|(u, c)| wallet_lock(u, c)).collect();
+    let providers: Vec<&str> = credits_of.iter().map(|(p, _)| *p).collect();
+    let refs: Vec<&str> = credits_of.iter().map(|(_, r)| *r).collect();
+    sqlx::query!(
+        r#"
+        select count(*) as "locked!" from (
+            select pg_advisory_xact_lock(hash) from (
+                select distinct hashtextextended(key, 0) as hash from (
+                    select key from unnest($1::text[]) as key
+                    union
+                    -- the key of wallet_lock
+                    select 'wallet:' || e.user_id || ':' || e.currency
+                    from unnest($2::text[], $3::text[]) as credit (provider, source_ref)
+                    join wallet_entries e on e.provider = credit.provider and e.kind = 'credit'
+                        and e.source_ref = credit.source_ref
+                ) as keys
+                order by hash
+            ) as sorted
+        ) as locked
+        "#,
+        &keys,
+        &providers as &[&str],
+        &refs as &[&str],
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(())
 }
 
 /// The entry with this natural key, if any.

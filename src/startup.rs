@@ -18,7 +18,7 @@ use crate::db;
 use crate::http::metrics::{Metrics, WorkerStats};
 use crate::http::serve::{self, ConnectionLimits};
 use crate::http::{self, AppState, Limits};
-use crate::ingest::Ingestor;
+use crate::ingest::{Ingestor, Wake};
 use crate::outbox::retry::RetryPolicy;
 use crate::outbox::worker::LEASE_MARGIN;
 use crate::outbox::{Drainer, DrainerSettings};
@@ -53,7 +53,7 @@ impl Application {
         }
         tracing::info!(providers = ?providers.names(), "mounted providers");
         let state = AppState {
-            ingestor: Ingestor::start(pool.clone(), settings.batch()),
+            ingestor: Ingestor::start(pool.clone(), settings.batch(), Wake::Notify),
             pool,
             providers,
             metrics: Arc::new(Metrics::new(workers)),

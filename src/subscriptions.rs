@@ -5,8 +5,6 @@
 
 use sqlx::PgConnection;
 
-use crate::db;
-
 /// Statuses after which a subscription does not come back (as the providers spell them).
 pub const TERMINAL_STATUSES: [&str; 4] = ["canceled", "cancelled", "completed", "expired"];
 
@@ -51,20 +49,14 @@ pub fn may_replace(stored_time: i64, stored_status: &str, event_time: i64, statu
 }
 
 /// Applies `next` as of `event_time` (Unix seconds) if it is not older than
-/// what is stored.
+/// what is stored. Call with the subscription's lock held (the ingest
+/// engine takes it), so that the read and the write see one state.
 pub async fn upsert(
     conn: &mut PgConnection,
     next: &Subscription,
     event_time: i64,
     event_id: &str,
 ) -> Result<Upserted, sqlx::Error> {
-    db::lock_key(
-        conn,
-        &next.provider,
-        &format!("subscription:{}", next.subscription_id),
-    )
-    .await?;
-
     let stored = sqlx::query!(
         r#"
         select customer_id, user_id, status, plan_id,

@@ -4,6 +4,7 @@
 
 mod currency;
 mod money;
+pub mod plan;
 pub mod razorpay;
 pub mod source;
 pub mod stripe;
@@ -105,22 +106,20 @@ impl Applied {
 }
 
 pub use currency::{WITHDRAWN_STILL_SENT, currency};
-pub use money::{PlainCredit, credit_lock};
+pub use money::PlainCredit;
+pub use plan::{Plan, plan};
 
-/// The credit `event` carries when crediting is all it does (its entry,
-/// wallet and outbox rows, and any refunds waiting for it): such events can
-/// be applied many to a statement ([`crate::ingest::batch`]). `None` for
-/// every other event, malformed credits included (the one-by-one path
-/// records why they are rejected).
-pub fn plain_credit(event: &VerifiedEvent) -> Option<PlainCredit> {
-    match event.kind() {
-        Kind::Stripe => stripe::plain_credit(event),
-        // Razorpay's credit also writes the payment row.
-        Kind::Razorpay | Kind::Source => None,
-    }
+/// Applies credits that are all their events do ([`Plan::credit`]), in
+/// order, sharing their statements. Call with their plans' locks held.
+pub async fn apply_credits(
+    conn: &mut PgConnection,
+    credits: &[(&VerifiedEvent, &PlainCredit)],
+) -> Result<Vec<Applied>, sqlx::Error> {
+    money::credit_all(conn, credits).await
 }
 
-/// Applies `event`'s effects for its provider.
+/// Applies `event`'s effects for its provider. Call with its plan's locks
+/// held ([`plan`]).
 pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
     match event.kind() {
         Kind::Stripe => stripe::apply(conn, event).await,
@@ -232,14 +231,13 @@ async fn apply_subscription(
                 "plan_id": next.plan_id,
                 "current_period_end": next.current_period_end,
             });
-            let outbox_id = outbox::enqueue(
-                conn,
-                "subscription.changed",
-                event.provider(),
-                event.event_id(),
-                &payload,
-            )
-            .await?;
+            let message = outbox::Message {
+                topic: "subscription.changed",
+                provider: event.provider(),
+                event_id: event.event_id(),
+                payload: &payload,
+            };
+            let outbox_id = outbox::enqueue_one(conn, message).await?;
             Ok(Applied::processed(json!({ "outbox_id": outbox_id })))
         }
         Upserted::Unchanged => Ok(Applied::processed(json!({ "changed": false }))),

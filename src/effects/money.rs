@@ -3,13 +3,15 @@
 //! against a known credit. Each posts one ledger entry (natural key, balance
 //! in the same statement) and announces it in the outbox.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
 use super::{Applied, Reason};
-use crate::ledger::{self, Entry, EntryKind, NewEntry, Posted};
+use crate::ledger::{self, Entry, EntryKind, NewEntry};
 use crate::providers::VerifiedEvent;
-use crate::{db, events, outbox};
+use crate::{events, outbox};
 
 /// A credit to apply: `source_ref` is the payment's id (its natural key).
 pub(super) struct Credit<'a> {
@@ -43,20 +45,6 @@ impl From<Credit<'_>> for PlainCredit {
     }
 }
 
-/// Serialises a credit with the refunds that wait for it, until commit.
-pub(super) async fn lock_credit(
-    conn: &mut PgConnection,
-    provider: &str,
-    source_ref: &str,
-) -> Result<(), sqlx::Error> {
-    db::lock_key(conn, provider, &credit_lock(source_ref)).await
-}
-
-/// The advisory lock key ([`db::lock_key`]) of payment `source_ref`'s credit.
-pub fn credit_lock(source_ref: &str) -> String {
-    format!("credit:{source_ref}")
-}
-
 /// Credits the wallet once per payment, announces `wallet.credited`, then
 /// applies the events deferred until this credit existed.
 pub(super) async fn credit(
@@ -64,35 +52,171 @@ pub(super) async fn credit(
     event: &VerifiedEvent,
     credit: Credit<'_>,
 ) -> Result<Applied, sqlx::Error> {
-    lock_credit(conn, event.provider(), credit.source_ref).await?;
-    let entry = NewEntry {
-        user_id: credit.user_id,
-        currency: credit.currency,
-        amount_minor: credit.amount_minor,
-        kind: EntryKind::Credit,
-        provider: event.provider(),
-        source_ref: credit.source_ref,
-        event_id: event.event_id(),
-        parent_ref: None,
-    };
-    let announced =
-        match post_and_announce(conn, event, &entry, "wallet.credited", credit.context).await? {
-            Ok(announced) => announced,
-            Err(owner) => {
-                return Ok(Applied::owned_by(
-                    "this payment was already credited",
-                    &owner,
-                ));
-            }
+    let credit = PlainCredit::from(credit);
+    let mut applied = credit_all(conn, &[(event, &credit)]).await?;
+    applied.pop().ok_or(sqlx::Error::RowNotFound)
+}
+
+/// Applies many credits in order, in a handful of statements whatever their
+/// number: the entries and wallets in one, the `wallet.credited` rows (each
+/// with the balance right after its entry) in one. Of two events crediting
+/// one payment, the first in `credits` (or before) owns the credit; the
+/// other is `ignored` with the owner. A credit that events were deferred
+/// for applies them before the credits after it are posted, exactly as one
+/// credit per transaction would. Call with the credits' and wallets' locks
+/// held (the engine takes them), so that every credit and deferred refund
+/// committed before is seen.
+pub(crate) async fn credit_all(
+    conn: &mut PgConnection,
+    credits: &[(&VerifiedEvent, &PlainCredit)],
+) -> Result<Vec<Applied>, sqlx::Error> {
+    let entries: Vec<NewEntry<'_>> = credits
+        .iter()
+        .map(|(event, credit)| NewEntry {
+            user_id: &credit.user_id,
+            currency: &credit.currency,
+            amount_minor: credit.amount_minor,
+            kind: EntryKind::Credit,
+            provider: event.provider(),
+            source_ref: &credit.source_ref,
+            event_id: event.event_id(),
+            parent_ref: None,
+        })
+        .collect();
+    let waiting = waiting_for(conn, &entries).await?;
+    let mut applied = Vec::with_capacity(credits.len());
+    let mut rest = &entries[..];
+    while !rest.is_empty() {
+        // Up to and including the next credit that events wait for.
+        let end = rest
+            .iter()
+            .position(|e| waiting.contains(&(e.provider, e.source_ref)))
+            .map_or(rest.len(), |i| i + 1);
+        let (chunk, after) = rest.split_at(end);
+        let contexts = &credits[applied.len()..applied.len() + chunk.len()];
+        applied.extend(post_credits(conn, chunk, contexts, &waiting).await?);
+        rest = after;
+    }
+    Ok(applied)
+}
+
+/// Posts and announces `entries`, then applies what waits for them.
+async fn post_credits(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'_>],
+    credits: &[(&VerifiedEvent, &PlainCredit)],
+    waiting: &HashSet<(&str, &str)>,
+) -> Result<Vec<Applied>, sqlx::Error> {
+    let posted = ledger::post(conn, entries).await?;
+    let payloads: Vec<Option<Value>> = entries
+        .iter()
+        .zip(&posted)
+        .zip(credits)
+        .map(|((entry, posted), (_, credit))| {
+            posted.map(|posted| announcement(entry, posted, credit.context.clone()))
+        })
+        .collect();
+    let messages: Vec<outbox::Message<'_>> = entries
+        .iter()
+        .zip(&payloads)
+        .filter_map(|(entry, payload)| {
+            Some(outbox::Message {
+                topic: "wallet.credited",
+                provider: entry.provider,
+                event_id: entry.event_id,
+                payload: payload.as_ref()?,
+            })
+        })
+        .collect();
+    let mut outbox_ids = outbox::enqueue(conn, &messages).await?.into_iter();
+    let owners = owners_of_unposted(conn, entries, &posted).await?;
+    let mut applied = Vec::with_capacity(entries.len());
+    for (entry, posted) in entries.iter().zip(&posted) {
+        let Some(posted) = posted else {
+            let owner = owners
+                .get(&(entry.provider, entry.source_ref))
+                .ok_or(sqlx::Error::RowNotFound)?;
+            applied.push(Applied::owned_by(
+                "this payment was already credited",
+                owner,
+            ));
+            continue;
         };
-    let applied =
-        super::apply_waiting(conn, event.provider(), credit.source_ref, event.event_id()).await?;
-    Ok(Applied::processed(json!({
-        "entry_id": announced.entry_id,
-        "balance_minor": announced.balance_minor,
-        "outbox_id": announced.outbox_id,
-        "applied_deferred": applied,
-    })))
+        let outbox_id = outbox_ids.next().flatten();
+        let deferred = if waiting.contains(&(entry.provider, entry.source_ref)) {
+            super::apply_waiting(conn, entry.provider, entry.source_ref, entry.event_id).await?
+        } else {
+            Vec::new()
+        };
+        applied.push(Applied::processed(json!({
+            "entry_id": posted.entry_id,
+            "balance_minor": posted.balance_minor,
+            "outbox_id": outbox_id,
+            "applied_deferred": deferred,
+        })));
+    }
+    Ok(applied)
+}
+
+/// The events that own the natural keys of the entries that did not post.
+async fn owners_of_unposted<'a>(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'a>],
+    posted: &[Option<ledger::Posted>],
+) -> Result<HashMap<(&'a str, &'a str), String>, sqlx::Error> {
+    let mut owners = HashMap::new();
+    for (provider, kind, refs) in unposted_by_provider(entries, posted) {
+        for (source_ref, owner) in ledger::owners(conn, provider, kind, &refs).await? {
+            if let Some(key) = refs.iter().find(|r| **r == source_ref) {
+                owners.insert((provider, *key), owner);
+            }
+        }
+    }
+    Ok(owners)
+}
+
+/// The unposted entries' keys, grouped by provider and kind.
+fn unposted_by_provider<'a>(
+    entries: &[NewEntry<'a>],
+    posted: &[Option<ledger::Posted>],
+) -> Vec<(&'a str, EntryKind, Vec<&'a str>)> {
+    let mut groups: Vec<(&str, EntryKind, Vec<&str>)> = Vec::new();
+    for (entry, _) in entries.iter().zip(posted).filter(|(_, p)| p.is_none()) {
+        match groups
+            .iter_mut()
+            .find(|(p, k, _)| *p == entry.provider && *k == entry.kind)
+        {
+            Some((_, _, refs)) => refs.push(entry.source_ref),
+            None => groups.push((entry.provider, entry.kind, vec![entry.source_ref])),
+        }
+    }
+    groups
+}
+
+/// Which of the credits' payments have events waiting for them
+/// (`(provider, key)`).
+async fn waiting_for<'a>(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'a>],
+) -> Result<HashSet<(&'a str, &'a str)>, sqlx::Error> {
+    let mut providers: Vec<&str> = entries.iter().map(|e| e.provider).collect();
+    providers.sort_unstable();
+    providers.dedup();
+    let mut waiting = HashSet::new();
+    for provider in providers {
+        let refs: Vec<&str> = entries
+            .iter()
+            .filter(|e| e.provider == provider)
+            .map(|e| e.source_ref)
+            .collect();
+        let found = events::waiting(conn, provider, &refs).await?;
+        waiting.extend(
+            refs.into_iter()
+                .filter(|r| found.contains(*r))
+                .map(|r| (provider, r)),
+        );
+    }
+    Ok(waiting)
 }
 
 /// What a refund finds of the credit it debits.
@@ -106,7 +230,7 @@ pub(super) enum Found {
 
 /// The credit of payment `source_ref`, provided it is in `currency`; when
 /// there is none yet, parks `event` until it exists. Call with the credit's
-/// lock held ([`lock_credit`]).
+/// lock held (the engine takes it).
 pub(super) async fn credit_or_defer(
     conn: &mut PgConnection,
     event: &VerifiedEvent,
@@ -173,8 +297,23 @@ struct Announced {
     outbox_id: Option<i64>,
 }
 
-/// Posts `entry` and writes its `topic` outbox row: `{user_id, currency,
+/// The `wallet.*` payload of a posted entry: `{user_id, currency,
 /// amount_minor (positive), balance_minor, entry_id}` plus `context`.
+fn announcement(entry: &NewEntry<'_>, posted: ledger::Posted, context: Value) -> Value {
+    let mut payload = json!({
+        "user_id": entry.user_id,
+        "currency": entry.currency,
+        "amount_minor": entry.amount_minor.abs(),
+        "balance_minor": posted.balance_minor,
+        "entry_id": posted.entry_id,
+    });
+    if let (Value::Object(fields), Value::Object(extra)) = (&mut payload, context) {
+        fields.extend(extra);
+    }
+    payload
+}
+
+/// Posts `entry` and writes its `topic` outbox row ([`announcement`]).
 /// `Err(owner event id)` when the entry's natural key was already taken.
 async fn post_and_announce(
     conn: &mut PgConnection,
@@ -183,28 +322,28 @@ async fn post_and_announce(
     topic: &str,
     context: Value,
 ) -> Result<Result<Announced, String>, sqlx::Error> {
-    let (entry_id, balance_minor) = match ledger::post(conn, entry).await? {
-        Posted::Posted {
-            entry_id,
-            balance_minor,
-        } => (entry_id, balance_minor),
-        Posted::AlreadyPosted { owner_event_id } => return Ok(Err(owner_event_id)),
+    let Some(posted) = ledger::post(conn, std::slice::from_ref(entry))
+        .await?
+        .pop()
+        .flatten()
+    else {
+        let owner = ledger::owners(conn, entry.provider, entry.kind, &[entry.source_ref])
+            .await?
+            .remove(entry.source_ref)
+            .ok_or(sqlx::Error::RowNotFound)?;
+        return Ok(Err(owner));
     };
-    let mut payload = json!({
-        "user_id": entry.user_id,
-        "currency": entry.currency,
-        "amount_minor": entry.amount_minor.abs(),
-        "balance_minor": balance_minor,
-        "entry_id": entry_id,
-    });
-    if let (Value::Object(fields), Value::Object(extra)) = (&mut payload, context) {
-        fields.extend(extra);
-    }
-    let outbox_id =
-        outbox::enqueue(conn, topic, event.provider(), event.event_id(), &payload).await?;
+    let payload = announcement(entry, posted, context);
+    let message = outbox::Message {
+        topic,
+        provider: event.provider(),
+        event_id: event.event_id(),
+        payload: &payload,
+    };
+    let outbox_id = outbox::enqueue_one(conn, message).await?;
     Ok(Ok(Announced {
-        entry_id,
-        balance_minor,
+        entry_id: posted.entry_id,
+        balance_minor: posted.balance_minor,
         outbox_id,
     }))
 }

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use sqlx::PgConnection;
 
 use super::money::{self, Credit, Debit, Found};
+use super::plan::{Plan, credit_key, subscription_key};
 use super::{Applied, Reason, currency_at, loose_ident_at, owner_at, required_ident, unix_at};
 use crate::ledger::{self, EntryKind};
 use crate::payments::{self, Payment, Recorded};
@@ -35,6 +36,46 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
     }
 }
 
+/// What `event` will lock ([`super::plan`]), from the same parse as its
+/// effect: every payment's row, credit and refunds under its credit's key.
+pub(super) fn plan(event: &VerifiedEvent) -> Plan {
+    let object = event.object();
+    match event.event_type() {
+        "payment.captured" | "payment.failed" => match RazorpayPayment::parse(object) {
+            Ok(payment) => {
+                let owner = object
+                    .pointer("/payment/entity")
+                    .and_then(|entity| owner_at(entity, "/notes/user_id").ok().flatten());
+                let wallets = match (event.event_type(), owner) {
+                    ("payment.captured", Some(user_id)) => {
+                        vec![(user_id.to_owned(), payment.currency.to_owned())]
+                    }
+                    _ => Vec::new(),
+                };
+                Plan {
+                    keys: vec![credit_key(PROVIDER, payment.id)],
+                    wallets,
+                    ..Plan::default()
+                }
+            }
+            Err(_) => Plan::default(),
+        },
+        "refund.processed" => match Refund::parse(object) {
+            Ok(refund) => Plan {
+                keys: vec![credit_key(PROVIDER, refund.payment_id)],
+                debits: Some(refund.payment_id.to_owned()),
+                ..Plan::default()
+            },
+            Err(_) => Plan::default(),
+        },
+        kind if kind.starts_with("subscription.") => match parse_subscription(object) {
+            Ok(next) => Plan::keyed(vec![subscription_key(PROVIDER, &next.subscription_id)]),
+            Err(_) => Plan::default(),
+        },
+        _ => Plan::default(),
+    }
+}
+
 async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
     let payment = match RazorpayPayment::parse(event.object()) {
         Ok(payment) => payment,
@@ -50,8 +91,6 @@ async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Appl
     if payment.amount_minor <= 0 {
         return Ok(Applied::rejected("payment has no positive amount"));
     }
-    // The credit's lock before the payment row, as refunds take them.
-    money::lock_credit(conn, PROVIDER, payment.id).await?;
     if let Recorded::Differs =
         payments::upsert(conn, &payment.row(), Some(event.event_id())).await?
     {
@@ -88,7 +127,6 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
         Ok(refund) => refund,
         Err(reason) => return Ok(Applied::rejected(reason)),
     };
-    money::lock_credit(conn, PROVIDER, refund.payment_id).await?;
     let credit =
         match money::credit_or_defer(conn, event, refund.payment_id, refund.currency).await? {
             Found::Credit(credit) => credit,

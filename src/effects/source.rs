@@ -11,13 +11,12 @@ use crate::providers::VerifiedEvent;
 
 pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
     let topic = format!("source.{}", event.provider());
-    let outbox_id = outbox::enqueue(
-        conn,
-        &topic,
-        event.provider(),
-        event.event_id(),
-        event.object(),
-    )
-    .await?;
+    let message = outbox::Message {
+        topic: &topic,
+        provider: event.provider(),
+        event_id: event.event_id(),
+        payload: event.object(),
+    };
+    let outbox_id = outbox::enqueue_one(conn, message).await?;
     Ok(Applied::processed(json!({ "outbox_id": outbox_id })))
 }

@@ -15,6 +15,7 @@ use sqlx::PgConnection;
 mod objects;
 
 use super::money::{self, Debit, Found, PlainCredit};
+use super::plan::{Plan, credit_key, invoice_key, subscription_key};
 use super::{Applied, Outcome};
 use crate::ledger::{self, EntryKind};
 use crate::outbox;
@@ -57,13 +58,51 @@ async fn credit(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
     }
 }
 
-/// A well-formed `payment_intent.succeeded`'s credit ([`super::plain_credit`]).
-pub(super) fn plain_credit(event: &VerifiedEvent) -> Option<PlainCredit> {
-    if event.event_type() != "payment_intent.succeeded" {
-        return None;
+/// What `event` will lock ([`super::plan`]), from the same parse as its
+/// effect.
+pub(super) fn plan(event: &VerifiedEvent) -> Plan {
+    let object = event.object();
+    match event.event_type() {
+        "payment_intent.succeeded" => match PaymentIntent::parse(object) {
+            Ok(intent) => {
+                let credit = PlainCredit::from(intent.credit());
+                Plan {
+                    keys: vec![credit_key(PROVIDER, intent.id)],
+                    wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
+                    debits: None,
+                    credit: Some(credit),
+                }
+            }
+            Err(_) => Plan::default(),
+        },
+        "charge.succeeded" | "charge.refunded" => match Charge::parse(object) {
+            // A charge's row is written under its intent's key, as its
+            // refunds are.
+            Ok(charge) => Plan {
+                keys: vec![credit_key(
+                    PROVIDER,
+                    charge.payment_intent.unwrap_or(charge.id),
+                )],
+                debits: (event.event_type() == "charge.refunded")
+                    .then_some(charge.payment_intent)
+                    .flatten()
+                    .map(str::to_owned),
+                ..Plan::default()
+            },
+            Err(_) => Plan::default(),
+        },
+        "invoice.paid" => match Invoice::parse(object) {
+            Ok(invoice) => Plan::keyed(vec![invoice_key(PROVIDER, invoice.id)]),
+            Err(_) => Plan::default(),
+        },
+        "customer.subscription.created"
+        | "customer.subscription.updated"
+        | "customer.subscription.deleted" => match parse_subscription(object) {
+            Ok(next) => Plan::keyed(vec![subscription_key(PROVIDER, &next.subscription_id)]),
+            Err(_) => Plan::default(),
+        },
+        _ => Plan::default(),
     }
-    let intent = PaymentIntent::parse(event.object()).ok()?;
-    Some(intent.credit().into())
 }
 
 /// Records the charge; the first event that announces it sends the receipt.
@@ -93,14 +132,13 @@ async fn record_charge(
         "currency": charge.currency,
         "status": charge.status,
     });
-    let outbox_id = outbox::enqueue(
-        conn,
-        "payment.receipt",
-        PROVIDER,
-        event.event_id(),
-        &payload,
-    )
-    .await?;
+    let receipt = outbox::Message {
+        topic: "payment.receipt",
+        provider: PROVIDER,
+        event_id: event.event_id(),
+        payload: &payload,
+    };
+    let outbox_id = outbox::enqueue_one(conn, receipt).await?;
     let credit = match charge.payment_intent {
         Some(intent) => ledger::find(conn, PROVIDER, EntryKind::Credit, intent).await?,
         None => None,
@@ -139,9 +177,6 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
             "charge.refunded without a positive amount_refunded",
         ));
     }
-    // The credit's lock first, always: a credit applying deferred refunds
-    // takes it before the payment row too, so the two cannot deadlock.
-    money::lock_credit(conn, PROVIDER, payment_intent).await?;
     let credit = match money::credit_or_defer(conn, event, payment_intent, charge.currency).await? {
         Found::Credit(credit) => credit,
         Found::Deferred => return Ok(Applied::deferred(payment_intent)),
@@ -202,7 +237,13 @@ async fn invoice_paid(
         "amount_paid_minor": invoice.amount_paid_minor,
         "currency": invoice.currency,
     });
-    match outbox::enqueue(conn, "invoice.paid", PROVIDER, event.event_id(), &payload).await? {
+    let message = outbox::Message {
+        topic: "invoice.paid",
+        provider: PROVIDER,
+        event_id: event.event_id(),
+        payload: &payload,
+    };
+    match outbox::enqueue_one(conn, message).await? {
         Some(outbox_id) => Ok(Applied::processed(json!({ "outbox_id": outbox_id }))),
         None => {
             let owner = outbox::store::invoice_paid_owner(conn, PROVIDER, invoice.id).await?;

@@ -3,30 +3,31 @@
 //! does, so a failed delivery leaves nothing behind and its retry starts clean.
 
 pub mod batch;
+mod engine;
 
 use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::effects::{self, Outcome};
 use crate::error::ApiError;
+use crate::events::{self, Claim};
 use crate::providers::VerifiedEvent;
-use crate::{db, events, outbox};
+use crate::{db, outbox};
 use batch::{BatchSettings, Batcher};
+pub use engine::Wake;
 
-/// Applies verified events: plain credits (the hot path) through the group
-/// commit of [`batch`], every other event in its own transaction.
+/// Applies verified events through the group commit of [`batch`].
 #[derive(Debug, Clone)]
 pub struct Ingestor {
-    pool: PgPool,
     batcher: Batcher,
 }
 
 impl Ingestor {
-    /// Starts the batch dispatcher: call inside the Tokio runtime.
-    pub fn start(pool: PgPool, settings: BatchSettings) -> Self {
+    /// Starts the batch dispatcher: call inside the Tokio runtime. `wake`
+    /// is how the drainer hears of new outbox rows.
+    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake) -> Self {
         Ingestor {
-            batcher: Batcher::start(pool.clone(), settings),
-            pool,
+            batcher: Batcher::start(pool, settings, wake),
         }
     }
 
@@ -35,10 +36,7 @@ impl Ingestor {
     }
 
     pub async fn ingest(&self, event: VerifiedEvent) -> Result<Receipt, ApiError> {
-        match effects::plain_credit(&event) {
-            Some(credit) => Ok(self.batcher.submit(batch::Credit { event, credit }).await?),
-            None => Ok(ingest(&self.pool, &event).await?),
-        }
+        Ok(self.batcher.submit(event).await?)
     }
 }
 
@@ -49,7 +47,8 @@ pub struct Receipt {
     pub event_id: String,
 }
 
-/// Applies one event in its own transaction.
+/// Applies one event in its own transaction (a batch of one), waking a
+/// drainer in another process with `pg_notify`.
 ///
 /// Data the database refuses (a poison message, [`db::Poison`]) would fail
 /// the same way on every retry, and the provider would retry it for days:
@@ -57,33 +56,34 @@ pub struct Receipt {
 /// transaction of its own, so that its retry is a `duplicate`. Transient
 /// failures stay errors (answered 503, retried).
 pub async fn ingest(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sqlx::Error> {
-    match apply_once(pool, event).await {
+    ingest_waking(pool, event, &Wake::Notify).await
+}
+
+/// Applies `events` in order as one batch (one transaction when it
+/// succeeds, else one by one in order), answering each: the same outcomes
+/// as [`ingest`] of each in turn.
+pub async fn ingest_batch(pool: &PgPool, events: &[VerifiedEvent]) -> Vec<batch::Answer> {
+    batch::apply(pool, events, Wake::Notify).await
+}
+
+async fn ingest_waking(
+    pool: &PgPool,
+    event: &VerifiedEvent,
+    wake: &Wake,
+) -> Result<Receipt, sqlx::Error> {
+    let applied = engine::commit(pool, &[event], engine::BEGIN_ONE, wake, || true).await;
+    match applied {
+        Ok(outcomes) => {
+            let outcome = outcomes
+                .and_then(|o| o.first().copied())
+                .ok_or(sqlx::Error::RowNotFound)?;
+            Ok(receipt(outcome, event))
+        }
         Err(error) => match db::Poison::of(&error) {
             Some(poison) => reject(pool, event, &poison).await,
             None => Err(error),
         },
-        applied => applied,
     }
-}
-
-async fn apply_once(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    if !events::claim(&mut tx, event).await? {
-        // Seen before (or just committed by a concurrent copy): nothing new.
-        tx.rollback().await?;
-        return Ok(receipt(Outcome::Duplicate, event));
-    }
-    let applied = effects::apply(&mut tx, event).await?;
-    events::record_outcome(
-        &mut tx,
-        event.provider(),
-        event.event_id(),
-        applied.outcome,
-        &applied.detail,
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(receipt(applied.outcome, event))
 }
 
 /// The topic of the row a sweep writes when it recovered events that were
@@ -104,9 +104,16 @@ pub async fn announce_delivery_gap(
     if !events::claim_own(&mut tx, provider, &event_id, DELIVERY_GAP, payload).await? {
         return Ok(());
     }
-    let outbox_id = outbox::enqueue(&mut tx, DELIVERY_GAP, provider, &event_id, payload).await?;
+    let message = outbox::Message {
+        topic: DELIVERY_GAP,
+        provider,
+        event_id: &event_id,
+        payload,
+    };
+    let outbox_id = outbox::enqueue_one(&mut tx, message).await?;
     let detail = serde_json::json!({ "outbox_id": outbox_id });
     events::record_outcome(&mut tx, provider, &event_id, Outcome::Processed, &detail).await?;
+    outbox::notify(&mut tx).await?;
     tx.commit().await
 }
 
@@ -128,12 +135,12 @@ async fn reject(
     );
     let mut tx = pool.begin().await?;
     let mut payload_stored = true;
-    let claimed = match events::claim(&mut tx, event).await {
+    let claimed = match events::claim(&mut tx, Claim::of(event)?).await {
         Err(error) if db::Poison::of(&error).is_some() => {
             tx.rollback().await?;
             tx = pool.begin().await?;
             payload_stored = false;
-            events::claim_without_payload(&mut tx, event).await?
+            events::claim(&mut tx, Claim::without_payload(event)).await?
         }
         claimed => claimed?,
     };
@@ -165,30 +172,20 @@ fn receipt(outcome: Outcome, event: &VerifiedEvent) -> Receipt {
 }
 
 /// Re-runs a stored event's effects through the same idempotent path, in one
-/// transaction. Effects that exist already are kept: their natural keys make
-/// them no-ops, so replaying an applied event changes nothing. The stored
-/// outcome is updated only when an event that was not `processed` now has
-/// another outcome (say, `rejected` before a fix).
+/// transaction, under the same locks. Effects that exist already are kept:
+/// their natural keys make them no-ops, so replaying an applied event
+/// changes nothing. The stored outcome is updated only when an event that
+/// was not `processed` now has another outcome (say, `rejected` before a
+/// fix).
 pub async fn replay(
     pool: &PgPool,
     event: &VerifiedEvent,
     stored_outcome: &str,
 ) -> Result<Replayed, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let applied = effects::apply(&mut tx, event).await?;
-    let recorded =
-        stored_outcome != Outcome::Processed.as_str() && applied.outcome.as_str() != stored_outcome;
-    if recorded {
-        events::record_outcome(
-            &mut tx,
-            event.provider(),
-            event.event_id(),
-            applied.outcome,
-            &applied.detail,
-        )
-        .await?;
-    }
-    tx.commit().await?;
+    let (applied, recorded) = engine::reapply(pool, event, |applied| {
+        stored_outcome != Outcome::Processed.as_str() && applied.outcome.as_str() != stored_outcome
+    })
+    .await?;
     Ok(Replayed { applied, recorded })
 }
 

@@ -5,7 +5,7 @@ pub mod retry;
 pub mod store;
 pub mod worker;
 
-pub use store::enqueue;
+pub use store::{Message, enqueue, enqueue_one, notify};
 pub use worker::{Drainer, DrainerSettings};
 
 /// The channel the ingest transaction notifies when it writes outbox rows.

@@ -3,35 +3,78 @@
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
-/// Writes one outbox row for `topic` and notifies the drainer (delivered at
-/// commit). The dedupe key is `{provider}:{event_id}`: an event writes at most
-/// one row per topic. `None`: a row with this key (or, for `invoice.paid`, for
-/// this invoice) already exists.
-pub async fn enqueue(
+/// An outbox row to write: `topic`'s message about event `event_id`.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    pub topic: &'a str,
+    pub provider: &'a str,
+    pub event_id: &'a str,
+    pub payload: &'a Value,
+}
+
+/// Writes the rows in order, in one statement; returns each one's id. The
+/// dedupe key is `{provider}:{event_id}`: an event writes at most one row
+/// per topic. `None` at an index: a row with its key (or, for
+/// `invoice.paid`, for its invoice) exists already, or comes earlier in
+/// `messages`. Nothing is notified: the ingest transaction wakes the
+/// drainer once per commit ([`notify`]).
+pub async fn enqueue<'a>(
     conn: &mut PgConnection,
-    topic: &str,
-    provider: &str,
-    event_id: &str,
-    payload: &Value,
-) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar!(
+    messages: &[Message<'a>],
+) -> Result<Vec<Option<i64>>, sqlx::Error> {
+    let column = |f: fn(&Message<'a>) -> &'a str| messages.iter().map(f).collect::<Vec<_>>();
+    let payloads: Vec<Value> = messages.iter().map(|m| m.payload.clone()).collect();
+    let rows = sqlx::query!(
         r#"
-        with row as (
+        with input as (
+            select * from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) with ordinality
+                as input (topic, provider, event_id, payload, position)
+        ), written as (
             insert into outbox (topic, dedupe_key, provider, event_id, payload)
-            values ($1, $2 || ':' || $3, $2, $3, $4)
+            select topic, provider || ':' || event_id, provider, event_id, payload
+            from input
+            order by position
             on conflict do nothing
-            returning id
+            returning id, topic, provider, event_id
         )
-        select row.id from row, (select pg_notify($5, '')) as notify
+        select (min(input.position) - 1)::int as "index!", written.id as "id!"
+        from written join input using (topic, provider, event_id)
+        group by written.id
         "#,
-        topic,
-        provider,
-        event_id,
-        payload,
-        super::CHANNEL,
+        &column(|m| m.topic) as &[&str],
+        &column(|m| m.provider) as &[&str],
+        &column(|m| m.event_id) as &[&str],
+        &payloads,
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_all(conn)
+    .await?;
+    let mut ids = vec![None; messages.len()];
+    for row in rows {
+        if let Some(slot) = usize::try_from(row.index).ok().and_then(|i| ids.get_mut(i)) {
+            *slot = Some(row.id);
+        }
+    }
+    Ok(ids)
+}
+
+/// [`enqueue`] of one row.
+pub async fn enqueue_one(
+    conn: &mut PgConnection,
+    message: Message<'_>,
+) -> Result<Option<i64>, sqlx::Error> {
+    Ok(enqueue(conn, &[message]).await?.pop().flatten())
+}
+
+/// Wakes drainers in other processes at commit (`LISTEN`): once per
+/// transaction, never per row.
+pub async fn notify(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "select pg_notify($1, '') as \"notified!: ()\"",
+        super::CHANNEL
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(())
 }
 
 /// The event whose `invoice.paid` row announced this invoice, if any.

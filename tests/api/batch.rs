@@ -1,4 +1,4 @@
-//! Group commit: batches of credits keep every guarantee of one event per
+//! Group commit: batches of events keep every guarantee of one event per
 //! transaction. Batches are formed explicitly here (`batch::apply`), so each
 //! test knows what shared a transaction; the HTTP tests elsewhere go through
 //! the dispatcher.
@@ -10,22 +10,31 @@ use futures_util::future::join_all;
 use serde_json::Value;
 use sqlx::PgPool;
 use webhookd::effects::{self, Outcome};
-use webhookd::ingest::batch::{self, Answer, Credit};
-use webhookd::providers;
+use webhookd::ingest::Wake;
+use webhookd::ingest::batch::{self, Answer};
+use webhookd::providers::{self, VerifiedEvent};
 
 use crate::helpers::{charge, payment_intent_succeeded, spawn_app};
 
-fn credit(event_id: &str, intent: &str, user_id: &str, amount: i64) -> Credit {
+fn credit(event_id: &str, intent: &str, user_id: &str, amount: i64) -> VerifiedEvent {
     let body = payment_intent_succeeded(event_id, intent, user_id, amount);
-    let event = providers::from_stored(
-        "stripe",
-        event_id,
-        "payment_intent.succeeded",
-        Bytes::from(body),
-    )
-    .expect("a well-formed event");
-    let credit = effects::plain_credit(&event).expect("a plain credit");
-    Credit { event, credit }
+    let event = stripe_event(event_id, "payment_intent.succeeded", body);
+    assert!(effects::plan(&event).credit.is_some(), "a plain credit");
+    event
+}
+
+fn stripe_event(event_id: &str, event_type: &str, body: String) -> VerifiedEvent {
+    providers::from_stored("stripe", event_id, event_type, Bytes::from(body))
+        .expect("a well-formed event")
+}
+
+/// One transaction for `events`, without the one-by-one fallback.
+async fn try_batch(
+    pool: &PgPool,
+    events: &[VerifiedEvent],
+    wanted: impl Fn(usize) -> bool,
+) -> Result<Vec<Answer>, std::sync::Arc<sqlx::Error>> {
+    batch::try_batch(pool, events, wanted, &Wake::Notify).await
 }
 
 fn outcomes(answers: &[Answer]) -> Vec<Outcome> {
@@ -56,7 +65,7 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
         credit("evt_b3", "pi_b3", "user_c", 50),
         credit("evt_b1", "pi_b1", "user_b", 100),
     ];
-    let answers = batch::try_batch(&app.pool, &credits, |_| true)
+    let answers = try_batch(&app.pool, &credits, |_| true)
         .await
         .expect("the batch commits");
     use Outcome::{Duplicate, Processed};
@@ -81,7 +90,7 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
     assert_eq!(detail["applied_deferred"], Value::Array(vec![]));
 
     // A later batch of the same events writes nothing.
-    let again = batch::try_batch(&app.pool, &credits[..3], |_| true)
+    let again = try_batch(&app.pool, &credits[..3], |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&again), [Duplicate, Duplicate, Duplicate]);
@@ -111,7 +120,7 @@ async fn until_waiting_on_locks(pool: &PgPool, count: i64) {
 async fn concurrent_batches_of_overlapping_events_in_opposite_orders_apply_each_once(pool: PgPool) {
     let app = spawn_app(pool).await;
     // Forty events for eight wallets, in two batches of opposite order.
-    let forward: Vec<Credit> = (0..40)
+    let forward: Vec<VerifiedEvent> = (0..40)
         .map(|n| {
             credit(
                 &format!("evt_o{n:02}"),
@@ -121,7 +130,7 @@ async fn concurrent_batches_of_overlapping_events_in_opposite_orders_apply_each_
             )
         })
         .collect();
-    let backward: Vec<Credit> = forward.iter().rev().cloned().collect();
+    let backward: Vec<VerifiedEvent> = forward.iter().rev().cloned().collect();
     // Another session has claimed an event in the middle: both batches stop
     // there, each holding the claims it made so far, and go on together when
     // that session rolls back. Claiming in input order, they would deadlock.
@@ -141,8 +150,8 @@ async fn concurrent_batches_of_overlapping_events_in_opposite_orders_apply_each_
     // No fallback here: a deadlock (or a lock wait past the batch's lock
     // timeout) fails the batch, and the test.
     let (first, second, ()) = tokio::join!(
-        batch::try_batch(pool, &forward, |_| true),
-        batch::try_batch(pool, &backward, |_| true),
+        try_batch(pool, &forward, |_| true),
+        try_batch(pool, &backward, |_| true),
         release,
     );
 
@@ -175,7 +184,7 @@ async fn a_failing_credit_does_not_fail_the_others_in_its_batch(pool: PgPool) {
     let full = [credit("evt_full", "pi_full", "user_full", i64::MAX)];
     assert_eq!(
         outcomes(
-            &batch::try_batch(&app.pool, &full, |_| true)
+            &try_batch(&app.pool, &full, |_| true)
                 .await
                 .expect("the batch commits")
         ),
@@ -187,7 +196,7 @@ async fn a_failing_credit_does_not_fail_the_others_in_its_batch(pool: PgPool) {
         credit("evt_over", "pi_over", "user_full", 1),
         credit("evt_n2", "pi_n2", "user_n", 20),
     ];
-    let answers = batch::apply(&app.pool, &credits, |_| true).await;
+    let answers = batch::apply(&app.pool, &credits, Wake::Notify).await;
     assert_eq!(answers[0].as_ref().unwrap().outcome, Outcome::Processed);
     // The overflow would recur on every retry: recorded, without effect.
     assert_eq!(answers[1].as_ref().unwrap().outcome, Outcome::Rejected);
@@ -216,7 +225,7 @@ async fn a_payment_credited_by_another_event_is_ignored_with_its_owner(pool: PgP
         credit("evt_p1", "pi_same", "user_p", 500),
         credit("evt_p2", "pi_same", "user_p", 500),
     ];
-    let answers = batch::try_batch(&app.pool, &credits, |_| true)
+    let answers = try_batch(&app.pool, &credits, |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Ignored]);
@@ -225,7 +234,7 @@ async fn a_payment_credited_by_another_event_is_ignored_with_its_owner(pool: PgP
     assert_eq!(detail["owner_event_id"], "evt_p1");
 
     let later = [credit("evt_p3", "pi_same", "user_p", 500)];
-    let answers = batch::try_batch(&app.pool, &later, |_| true)
+    let answers = try_batch(&app.pool, &later, |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Ignored]);
@@ -245,7 +254,7 @@ async fn a_batched_credit_applies_the_refund_waiting_for_it(pool: PgPool) {
         credit("evt_w0", "pi_w0", "user_1", 5),
         credit("evt_w", "pi_w", "user_1", 1000),
     ];
-    let answers = batch::try_batch(&app.pool, &credits, |_| true)
+    let answers = try_batch(&app.pool, &credits, |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Processed]);
@@ -272,7 +281,7 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
     // its first look says "wanted", every later one "gone".
     let looks = AtomicUsize::new(0);
     let wanted = |i: usize| i != 1 || looks.fetch_add(1, Ordering::SeqCst) == 0;
-    let answers = batch::try_batch(&app.pool, &credits, wanted)
+    let answers = try_batch(&app.pool, &credits, wanted)
         .await
         .expect("the batch commits");
     assert_eq!(answers[0].as_ref().unwrap().outcome, Outcome::Processed);
@@ -294,7 +303,7 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
     let retry = [credit("evt_g2", "pi_g2", "user_g", 20)];
     assert_eq!(
         outcomes(
-            &batch::try_batch(&app.pool, &retry, |_| true)
+            &try_batch(&app.pool, &retry, |_| true)
                 .await
                 .expect("the batch commits")
         ),

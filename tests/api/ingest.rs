@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
 use webhookd::config::ServeSettings;
 use webhookd::http::{AppState, health};
-use webhookd::ingest::Ingestor;
+use webhookd::ingest::{Ingestor, Wake};
 use webhookd::providers::Providers;
 
 use crate::helpers::{
@@ -174,7 +174,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
     assert!(ready.headers().contains_key("x-request-id"));
 
     let state = |pool: PgPool| AppState {
-        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch()),
+        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch(), Wake::Notify),
         pool,
         providers: Providers::default(),
         clock: Clock::System,
@@ -192,7 +192,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn readiness_is_503_before_migrations(pool: PgPool) {
     let state = AppState {
-        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch()),
+        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch(), Wake::Notify),
         pool,
         providers: Providers::default(),
         clock: Clock::System,
