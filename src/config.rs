@@ -8,7 +8,6 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::ingest::batch::BatchSettings;
 pub use crate::telemetry::LogFormat;
 
 mod connections;
@@ -318,15 +317,6 @@ pub struct ServeSettings {
 
     #[command(flatten)]
     pub outbox: OutboxSettings,
-}
-
-impl ServeSettings {
-    pub fn batch(&self) -> BatchSettings {
-        BatchSettings {
-            max_events: self.batch_max_events as usize,
-            concurrency: self.batch_concurrency as usize,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -18,6 +18,7 @@ use crate::db;
 use crate::http::metrics::{Metrics, WorkerStats};
 use crate::http::serve::{self, ConnectionLimits};
 use crate::http::{self, AppState, Limits};
+use crate::ingest::batch::BatchSettings;
 use crate::ingest::{Ingestor, Wake};
 use crate::outbox::retry::RetryPolicy;
 use crate::outbox::worker::LEASE_MARGIN;
@@ -53,7 +54,7 @@ impl Application {
         }
         tracing::info!(providers = ?providers.names(), "mounted providers");
         let state = AppState {
-            ingestor: Ingestor::start(pool.clone(), settings.batch(), Wake::Notify),
+            ingestor: Ingestor::start(pool.clone(), batch_settings(settings), Wake::Notify),
             pool,
             providers,
             metrics: Arc::new(Metrics::new(workers)),
@@ -96,6 +97,14 @@ impl Application {
         )
         .await;
         Ok(())
+    }
+}
+
+/// The group commit's settings from the configuration.
+pub fn batch_settings(settings: &ServeSettings) -> BatchSettings {
+    BatchSettings {
+        max_events: settings.batch_max_events as usize,
+        concurrency: settings.batch_concurrency as usize,
     }
 }
 

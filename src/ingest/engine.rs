@@ -90,7 +90,7 @@ pub(super) async fn commit(
             detail: &applied.detail,
         })
         .collect();
-    events::record_outcomes(&mut tx, &recorded).await?;
+    events::record_claimed(&mut tx, &recorded).await?;
     if let Wake::Notify = wake {
         outbox::notify(&mut tx).await?;
     }

@@ -9,7 +9,6 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::effects::{self, Outcome};
-use crate::error::ApiError;
 use crate::events::{self, Claim};
 use crate::providers::VerifiedEvent;
 use crate::{db, outbox};
@@ -35,8 +34,10 @@ impl Ingestor {
         self.batcher.stats()
     }
 
-    pub async fn ingest(&self, event: VerifiedEvent) -> Result<Receipt, ApiError> {
-        Ok(self.batcher.submit(event).await?)
+    /// Applies `event` with whatever arrives with it, once its batch
+    /// committed.
+    pub async fn ingest(&self, event: VerifiedEvent) -> batch::Answer {
+        self.batcher.submit(event).await
     }
 }
 

@@ -14,6 +14,7 @@ use webhookd::config::ServeSettings;
 use webhookd::http::{AppState, health};
 use webhookd::ingest::{Ingestor, Wake};
 use webhookd::providers::Providers;
+use webhookd::startup;
 
 use crate::helpers::{
     charge, now, payment_intent_succeeded, spawn_app, spawn_app_with, subscription,
@@ -174,7 +175,11 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
     assert!(ready.headers().contains_key("x-request-id"));
 
     let state = |pool: PgPool| AppState {
-        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch(), Wake::Notify),
+        ingestor: Ingestor::start(
+            pool.clone(),
+            startup::batch_settings(&ServeSettings::default()),
+            Wake::Notify,
+        ),
         pool,
         providers: Providers::default(),
         clock: Clock::System,
@@ -192,7 +197,11 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn readiness_is_503_before_migrations(pool: PgPool) {
     let state = AppState {
-        ingestor: Ingestor::start(pool.clone(), ServeSettings::default().batch(), Wake::Notify),
+        ingestor: Ingestor::start(
+            pool.clone(),
+            startup::batch_settings(&ServeSettings::default()),
+            Wake::Notify,
+        ),
         pool,
         providers: Providers::default(),
         clock: Clock::System,

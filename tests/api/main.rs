@@ -1,5 +1,6 @@
 mod arbitrary;
 mod batch;
+mod batch_mixed;
 mod fake_razorpay;
 mod fake_stripe;
 mod fuzz;

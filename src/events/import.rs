@@ -1,0 +1,98 @@
+//! Events recorded without effects: imported from an earlier handler.
+
+use sqlx::{PgConnection, PgPool};
+
+use crate::providers::{VerifiedEvent, Via};
+
+/// Records `event` as `imported`, without effects: an earlier handler
+/// applied it, so a redelivery or a sweep of it must be a duplicate.
+/// `false`: it was recorded already.
+pub async fn import(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<bool, sqlx::Error> {
+    let payload = event
+        .stored_payload()
+        .map_err(|e| sqlx::Error::Decode(e.into()))?;
+    let result = sqlx::query!(
+        r#"
+        insert into processed_events
+            (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_via)
+        values ($1, $2, $3, 'imported', '{"reason": "applied before webhookd, recorded by webhookd import"}',
+                ($4::text)::jsonb, to_timestamp($5::bigint), $6)
+        on conflict (provider, event_id) do nothing
+        "#,
+        event.provider(),
+        event.event_id(),
+        event.event_type(),
+        payload,
+        event.created(),
+        Via::Import.as_str(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// An event id to import from a file, with what else the file says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportRow {
+    pub event_id: String,
+    pub event_type: String,
+    /// When the earlier handler processed it (Unix seconds): its
+    /// `received_at`, so that retention counts from then.
+    pub processed_at: Option<i64>,
+}
+
+/// What [`import`] stores as the payload of an event imported from a file.
+pub const NO_PAYLOAD: &str = r#"{"webhookd": "imported from a file: no payload"}"#;
+
+/// Records each row as `imported` under `provider`, without effects or
+/// payload, in one statement. Returns how many were new.
+pub async fn import_rows(
+    pool: &PgPool,
+    provider: &str,
+    rows: &[ImportRow],
+) -> Result<u64, sqlx::Error> {
+    let ids: Vec<String> = rows.iter().map(|r| r.event_id.clone()).collect();
+    let types: Vec<String> = rows.iter().map(|r| r.event_type.clone()).collect();
+    let at: Vec<Option<i64>> = rows.iter().map(|r| r.processed_at).collect();
+    let result = sqlx::query!(
+        r#"
+        insert into processed_events
+            (provider, event_id, event_type, outcome, detail, payload, received_at, received_via)
+        select $1, event_id, event_type, 'imported',
+               '{"reason": "applied before webhookd, recorded by webhookd import"}',
+               ($4::text)::jsonb, coalesce(to_timestamp(processed_at), now()), $6
+        from unnest($2::text[], $3::text[], $5::bigint[]) as input (event_id, event_type, processed_at)
+        order by event_id
+        on conflict (provider, event_id) do nothing
+        "#,
+        provider,
+        &ids,
+        &types,
+        NO_PAYLOAD,
+        &at as &[Option<i64>],
+        Via::Import.as_str(),
+    )
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// Which of `event_ids` are recorded under `provider` (a dry run's "already
+/// seen").
+pub async fn recorded(
+    pool: &PgPool,
+    provider: &str,
+    event_ids: &[String],
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    let found = sqlx::query_scalar!(
+        r#"
+        select event_id from processed_events
+        where provider = $1 and event_id = any($2::text[])
+        "#,
+        provider,
+        event_ids,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(found.into_iter().collect())
+}
