@@ -231,11 +231,13 @@ async fn apply_subscription(
                 "plan_id": next.plan_id,
                 "current_period_end": next.current_period_end,
             });
+            let key = format!("{}:subscription:{}", event.provider(), next.subscription_id);
             let message = outbox::Message {
                 topic: "subscription.changed",
                 provider: event.provider(),
                 event_id: event.event_id(),
                 payload: &payload,
+                ordering_key: Some(&key),
             };
             let outbox_id = outbox::enqueue_one(conn, message).await?;
             Ok(Applied::processed(json!({ "outbox_id": outbox_id })))

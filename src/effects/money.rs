@@ -116,15 +116,21 @@ async fn post_credits(
             posted.map(|posted| announcement(entry, posted, credit.context.clone()))
         })
         .collect();
+    let wallets: Vec<String> = entries
+        .iter()
+        .map(|e| ledger::wallet_key(e.user_id, e.currency))
+        .collect();
     let messages: Vec<outbox::Message<'_>> = entries
         .iter()
         .zip(&payloads)
-        .filter_map(|(entry, payload)| {
+        .zip(&wallets)
+        .filter_map(|((entry, payload), wallet)| {
             Some(outbox::Message {
                 topic: "wallet.credited",
                 provider: entry.provider,
                 event_id: entry.event_id,
                 payload: payload.as_ref()?,
+                ordering_key: Some(wallet),
             })
         })
         .collect();
@@ -334,11 +340,13 @@ async fn post_and_announce(
         return Ok(Err(owner));
     };
     let payload = announcement(entry, posted, context);
+    let wallet = ledger::wallet_key(entry.user_id, entry.currency);
     let message = outbox::Message {
         topic,
         provider: event.provider(),
         event_id: event.event_id(),
         payload: &payload,
+        ordering_key: Some(&wallet),
     };
     let outbox_id = outbox::enqueue_one(conn, message).await?;
     Ok(Ok(Announced {

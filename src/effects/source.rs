@@ -16,6 +16,7 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
         provider: event.provider(),
         event_id: event.event_id(),
         payload: event.object(),
+        ordering_key: None,
     };
     let outbox_id = outbox::enqueue_one(conn, message).await?;
     Ok(Applied::processed(json!({ "outbox_id": outbox_id })))

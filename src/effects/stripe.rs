@@ -132,11 +132,13 @@ async fn record_charge(
         "currency": charge.currency,
         "status": charge.status,
     });
+    let payment = format!("{PROVIDER}:payment:{}", charge.id);
     let receipt = outbox::Message {
         topic: "payment.receipt",
         provider: PROVIDER,
         event_id: event.event_id(),
         payload: &payload,
+        ordering_key: Some(&payment),
     };
     let outbox_id = outbox::enqueue_one(conn, receipt).await?;
     let credit = match charge.payment_intent {
@@ -242,6 +244,7 @@ async fn invoice_paid(
         provider: PROVIDER,
         event_id: event.event_id(),
         payload: &payload,
+        ordering_key: None,
     };
     match outbox::enqueue_one(conn, message).await? {
         Some(outbox_id) => Ok(Applied::processed(json!({ "outbox_id": outbox_id }))),

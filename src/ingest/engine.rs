@@ -196,7 +196,7 @@ fn locks(
             locks.extend(plan.wallets.iter().map(|(user_id, currency)| Lock {
                 owner: owner(i),
                 class: ledger::WALLET_LOCK_CLASS,
-                key: ledger::wallet_lock(user_id, currency),
+                key: ledger::wallet_key(user_id, currency),
             }));
         }
     }

@@ -110,6 +110,7 @@ pub async fn announce_delivery_gap(
         provider,
         event_id: &event_id,
         payload,
+        ordering_key: None,
     };
     let outbox_id = outbox::enqueue_one(&mut tx, message).await?;
     let detail = serde_json::json!({ "outbox_id": outbox_id });

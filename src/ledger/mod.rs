@@ -159,8 +159,9 @@ pub async fn owners(
 /// credit's lock is held.
 pub const WALLET_LOCK_CLASS: i16 = 2;
 
-/// The advisory lock key of a wallet.
-pub fn wallet_lock(user_id: &str, currency: &str) -> String {
+/// The key of a wallet: its advisory lock, and the order its outbox rows
+/// keep when ordered delivery is on.
+pub fn wallet_key(user_id: &str, currency: &str) -> String {
     format!("wallet:{user_id}:{currency}")
 }
 
@@ -173,7 +174,7 @@ pub async fn lock_wallets(
     wallets: &[(&str, &str)],
     credits_of: &[(&str, &str)],
 ) -> Result<(), sqlx::Error> {
-    let keys: Vec<String> = wallets.iter().map(|(u, c)| wallet_lock(u, c)).collect();
+    let keys: Vec<String> = wallets.iter().map(|(u, c)| wallet_key(u, c)).collect();
     let providers: Vec<&str> = credits_of.iter().map(|(p, _)| *p).collect();
     let refs: Vec<&str> = credits_of.iter().map(|(_, r)| *r).collect();
     sqlx::query!(
@@ -183,7 +184,7 @@ pub async fn lock_wallets(
                 select distinct hashtextextended(key, 0) as hash from (
                     select key from unnest($1::text[]) as key
                     union
-                    -- the key of wallet_lock
+                    -- the key of wallet_key
                     select 'wallet:' || e.user_id || ':' || e.currency
                     from unnest($2::text[], $3::text[]) as credit (provider, source_ref)
                     join wallet_entries e on e.provider = credit.provider and e.kind = 'credit'

@@ -10,6 +10,10 @@ pub struct Message<'a> {
     pub provider: &'a str,
     pub event_id: &'a str,
     pub payload: &'a Value,
+    /// The rows delivered in enqueue order among themselves when ordered
+    /// delivery is on (`WEBHOOKD_OUTBOX_ORDER=key`); `None`: the event's own
+    /// (`{provider}:{event_id}`).
+    pub ordering_key: Option<&'a str>,
 }
 
 /// Writes the rows in order, in one statement; returns each one's id. The
@@ -24,14 +28,17 @@ pub async fn enqueue<'a>(
 ) -> Result<Vec<Option<i64>>, sqlx::Error> {
     let column = |f: fn(&Message<'a>) -> &'a str| messages.iter().map(f).collect::<Vec<_>>();
     let payloads: Vec<Value> = messages.iter().map(|m| m.payload.clone()).collect();
+    let keys: Vec<Option<&str>> = messages.iter().map(|m| m.ordering_key).collect();
     let rows = sqlx::query!(
         r#"
         with input as (
-            select * from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) with ordinality
-                as input (topic, provider, event_id, payload, position)
+            select * from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
+                with ordinality
+                as input (topic, provider, event_id, payload, ordering_key, position)
         ), written as (
-            insert into outbox (topic, dedupe_key, provider, event_id, payload)
-            select topic, provider || ':' || event_id, provider, event_id, payload
+            insert into outbox (topic, dedupe_key, provider, event_id, payload, ordering_key)
+            select topic, provider || ':' || event_id, provider, event_id, payload,
+                   coalesce(ordering_key, provider || ':' || event_id)
             from input
             order by position
             on conflict do nothing
@@ -45,6 +52,7 @@ pub async fn enqueue<'a>(
         &column(|m| m.provider) as &[&str],
         &column(|m| m.event_id) as &[&str],
         &payloads,
+        &keys as &[Option<&str>],
     )
     .fetch_all(conn)
     .await?;
