@@ -126,7 +126,8 @@ check_database_url() {
 # bench_setup NAME [postgres -c settings...]: for a benchmark script, a
 # scratch directory ($scratch), a Postgres (DATABASE_URL's, else a throwaway
 # cluster with the settings), a fresh database NAME ($db_url), and the
-# release binary ($binary), migrated; all removed again on exit.
+# release binary ($binary; WEBHOOKD_BIN=path uses that one instead),
+# migrated; all removed again on exit.
 bench_setup() {
     BENCH_DB=$1; shift
     scratch=$(mktemp -d "${TMPDIR:-/tmp}/$BENCH_DB.XXXXXX")
@@ -135,15 +136,23 @@ bench_setup() {
     PG_BINDIR=$(pg_bindir)
     if [ -z "${DATABASE_URL:-}" ]; then start_cluster "$scratch/data" "$@"; fi
     db_url=$(bench_database "$BENCH_DB")
-    log "building (release)"
-    SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
-    binary=target/release/webhookd
+    if [ -n "${WEBHOOKD_BIN:-}" ]; then
+        [ -x "$WEBHOOKD_BIN" ] || die "WEBHOOKD_BIN=$WEBHOOKD_BIN is not an executable"
+        binary=$WEBHOOKD_BIN
+    else
+        require_cargo
+        log "building (release)"
+        SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
+        binary=${CARGO_TARGET_DIR:-target}/release/webhookd
+    fi
     DATABASE_URL=$db_url "$binary" migrate
 }
 
 bench_cleanup() {
     set +e
     if [ -n "${WEBHOOKD_PID:-}" ]; then kill "$WEBHOOKD_PID" 2>/dev/null; wait "$WEBHOOKD_PID" 2>/dev/null; fi
+    for pid in ${BENCH_PIDS:-}; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+    for name in ${BENCH_EXTRA_DBS:-}; do drop_bench_database "$name"; done
     if [ -n "${db_url:-}" ]; then drop_bench_database "$BENCH_DB"; fi
     stop_cluster
     rm -rf "$scratch"
@@ -161,14 +170,16 @@ drop_bench_database() {
     "$PG_BINDIR/psql" -q -d "$DATABASE_URL" -c "drop database if exists $1 with (force)" >/dev/null 2>&1
 }
 
-# start_webhookd BINARY DB_URL SECRET LOG: serves the API role on a free
-# loopback port with the Stripe secret; sets WEBHOOKD_PID and WEBHOOKD_URL
-# once /readyz answers.
+# start_webhookd BINARY DB_URL SECRET LOG [VAR=value...]: serves the API
+# role (unless the variables say otherwise) on a free loopback port with the
+# Stripe secret; sets WEBHOOKD_PID and WEBHOOKD_URL once /readyz answers.
 start_webhookd() {
     local binary=$1 db_url=$2 secret=$3 logfile=$4 port
+    shift 4
     port=$(free_port 18080)
-    DATABASE_URL=$db_url WEBHOOKD_LISTEN=127.0.0.1:$port WEBHOOKD_ROLE=api STRIPE_WEBHOOK_SECRET=$secret \
-        WEBHOOKD_DB_MAX_CONNECTIONS=${WEBHOOKD_DB_MAX_CONNECTIONS:-64} RUST_LOG=warn "$binary" serve > "$logfile" 2>&1 &
+    env DATABASE_URL="$db_url" WEBHOOKD_LISTEN="127.0.0.1:$port" WEBHOOKD_ROLE=api STRIPE_WEBHOOK_SECRET="$secret" \
+        WEBHOOKD_DB_MAX_CONNECTIONS="${WEBHOOKD_DB_MAX_CONNECTIONS:-64}" RUST_LOG=warn "$@" \
+        "$binary" serve > "$logfile" 2>&1 &
     WEBHOOKD_PID=$!
     WEBHOOKD_URL=http://127.0.0.1:$port
     for _ in $(seq 1 100); do

@@ -11,8 +11,10 @@ use secrecy::{ExposeSecret, SecretString};
 pub use crate::telemetry::LogFormat;
 
 mod connections;
+mod drill;
 mod sweep;
 pub use connections::ConnectionSettings;
+pub use drill::DrillArgs;
 pub use sweep::{
     Against, ImportArgs, ImportSource, PeriodicSweepArgs, RazorpayApiArgs, RazorpaySweepArgs,
     ReconcileArgs, StripeApiArgs, StripeSweepArgs, SweepCommand,
@@ -57,8 +59,9 @@ pub enum Command {
     Prune(PruneArgs),
     /// Sign a sample provider event and POST it to a running webhookd.
     Send(Box<SendArgs>),
-    /// Load and correctness drill: N unique signed Stripe events, each sent K
-    /// times concurrently, retried like a provider; verified in the database.
+    /// Load and correctness drill: N unique signed events (Stripe credits, or
+    /// a mix of Stripe and Razorpay events), each sent K times concurrently,
+    /// retried like a provider; verified in the database.
     Drill(Box<DrillArgs>),
     /// Read the provider's API and apply what was never delivered.
     #[command(subcommand)]
@@ -121,28 +124,6 @@ pub enum EventsCommand {
     Show { provider: String, event_id: String },
     /// Re-run a stored event's effects through the same idempotent path.
     Replay { provider: String, event_id: String },
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct DrillArgs {
-    /// Unique events to send.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    pub events: u64,
-    /// Copies of each event, fired at the same moment (a retry storm).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
-    pub duplicates: u64,
-    /// Events in flight at once (each with all its copies).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    pub concurrency: u64,
-    /// Base URL of the webhookd under test. Repeat it to spread each event's
-    /// copies over several servers (of one database).
-    #[arg(long = "url", default_value = "http://127.0.0.1:8080")]
-    pub urls: Vec<String>,
-    /// Give up on a request after this long of retrying.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
-    pub give_up_after: Duration,
-    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
-    pub stripe_webhook_secret: Secrets,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,10 +1,12 @@
 //! `webhookd drill`: a load and correctness drill users can point at their
-//! own deployment. It signs N unique `payment_intent.succeeded` events, sends
-//! each K times at once (a retry storm), keeps C events in flight, retries
-//! non-2xx answers and connection errors like a provider, and then, given
-//! `DATABASE_URL`, checks the books: one event row per unique event, wallet
-//! totals equal to the sum of the unique amounts, balances equal to their
-//! entries, one outbox row per credit. Prints one JSON line.
+//! own deployment. It signs N unique events (Stripe credits spread over
+//! `--users` wallets, or with `--mix` a mix of Stripe and Razorpay events:
+//! see [`plan`]), sends each K times at once (a retry storm), keeps C events
+//! in flight, retries non-2xx answers and connection errors like a provider,
+//! and then, given `DATABASE_URL`, checks the books ([`verify`]): one event
+//! row per unique event, wallet totals equal to the credits less the
+//! refunds, balances equal to their entries, the outbox rows each event
+//! writes. Prints one JSON line.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,20 +16,25 @@ use secrecy::ExposeSecret;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::config::DrillArgs;
-use crate::providers::stripe;
+use crate::config::{DrillArgs, Secrets};
+use crate::providers::{razorpay, stripe};
 
-/// Wallets the events spread over: enough to run in parallel, few enough to
-/// contend like real users.
-const USERS: u64 = 16;
+mod plan;
+mod verify;
+pub use plan::{Kind, Plan};
+pub use verify::verify;
 
 #[derive(Debug, Default)]
 struct Tally {
     statuses: BTreeMap<String, u64>,
     /// The `outcome` of each 2xx answer.
     outcomes: BTreeMap<String, u64>,
+    /// Per kind of event: unique events sent, and their answers' outcomes.
+    kinds: BTreeMap<Kind, (u64, BTreeMap<String, u64>)>,
     latencies: Vec<Duration>,
     failed: u64,
+    /// Unique events sent.
+    sent: u64,
 }
 
 /// One copy's tries: each try's status and latency, and the final 2xx
@@ -37,25 +44,71 @@ struct Sent {
     outcome: Option<String>,
 }
 
+/// The secrets the drill signs with, as the target verifies them.
+struct Signer {
+    stripe: String,
+    razorpay: Option<String>,
+}
+
+impl Signer {
+    fn new(args: &DrillArgs) -> anyhow::Result<Self> {
+        let first = |secrets: &Secrets| secrets.iter().next().map(|s| s.expose_secret().to_owned());
+        let stripe = first(&args.stripe_webhook_secret).ok_or_else(|| {
+            anyhow::anyhow!("set STRIPE_WEBHOOK_SECRET (the secret the target verifies with)")
+        })?;
+        let razorpay = first(&args.razorpay_webhook_secret);
+        anyhow::ensure!(
+            !args.mix || razorpay.is_some(),
+            "--mix sends Razorpay events: set RAZORPAY_WEBHOOK_SECRET (the secret the target verifies with)"
+        );
+        Ok(Signer { stripe, razorpay })
+    }
+
+    /// The signature headers of one try, signed now (as a provider does).
+    fn headers(&self, delivery: &plan::Delivery) -> Vec<(&'static str, String)> {
+        let body = delivery.body.as_bytes();
+        match (delivery.kind.provider(), &self.razorpay) {
+            (razorpay::PROVIDER, Some(secret)) => vec![
+                (
+                    razorpay::SIGNATURE_HEADER,
+                    razorpay::signature(secret, body),
+                ),
+                (razorpay::EVENT_ID_HEADER, delivery.event_id.clone()),
+            ],
+            _ => {
+                let t = i64::try_from(unix_now().as_secs()).unwrap_or(0);
+                vec![(
+                    stripe::SIGNATURE_HEADER,
+                    stripe::signature_header(&self.stripe, t, body),
+                )]
+            }
+        }
+    }
+}
+
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 /// Runs the drill; `Ok(false)` when verification failed.
 pub async fn run(
     args: &DrillArgs,
     pool: Option<&PgPool>,
     out: &mut impl std::io::Write,
 ) -> anyhow::Result<bool> {
-    let secret = args
-        .stripe_webhook_secret
-        .iter()
-        .next()
-        .map(|s| s.expose_secret().to_owned())
-        .ok_or_else(|| {
-            anyhow::anyhow!("set STRIPE_WEBHOOK_SECRET (the secret the target verifies with)")
-        })?;
-    let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
-    let urls: Vec<String> = args
+    let signer = Signer::new(args)?;
+    let plan = Plan {
+        run_id: unix_now().as_millis(),
+        events: args.events,
+        users: args.users,
+        mix: args.mix,
+    };
+    let bases: Vec<&str> = args
         .urls
         .iter()
-        .map(|url| format!("{}/webhooks/stripe", url.trim_end_matches('/')))
+        .map(|url| url.trim_end_matches('/'))
         .collect();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -65,30 +118,46 @@ pub async fn run(
         .build()?;
 
     let started = Instant::now();
+    let deadline = args.duration.map(|d| started + d);
+    let group = plan.group();
+    // With a duration, new events start until it is over, and only whole
+    // groups of the mix are sent.
     let sends = futures_util::stream::iter(0..args.events)
+        .take_while(move |n| {
+            let open = n % group != 0 || deadline.is_none_or(|d| Instant::now() < d);
+            std::future::ready(open)
+        })
         .map(|n| {
-            let (client, urls, secret) = (&client, &urls, &secret);
+            let (client, bases, signer, plan) = (&client, &bases, &signer, &plan);
             async move {
-                let body = event(run_id, n);
+                let delivery = plan.delivery(n);
                 // Copy `c` of event `n` goes to server `(n + c) % servers`.
                 let copies = (0..args.duplicates).map(|c| {
-                    let url = &urls[usize::try_from(n + c).unwrap_or(0) % urls.len()];
-                    send(client, url, secret, &body, args.give_up_after)
+                    let base = bases[usize::try_from(n + c).unwrap_or(0) % bases.len()];
+                    let url = format!("{base}/webhooks/{}", delivery.kind.provider());
+                    let delivery = &delivery;
+                    async move { send(client, &url, signer, delivery, args.give_up_after).await }
                 });
-                futures_util::future::join_all(copies).await
+                (delivery.kind, futures_util::future::join_all(copies).await)
             }
         })
         .buffer_unordered(usize::try_from(args.concurrency).unwrap_or(usize::MAX));
     let mut tally = Tally::default();
     let mut sends = Box::pin(sends);
-    while let Some(copies) = sends.next().await {
+    while let Some((kind, copies)) = sends.next().await {
+        tally.sent += 1;
+        let (events, outcomes) = tally.kinds.entry(kind).or_default();
+        *events += 1;
         for sent in copies {
             for (status, latency) in sent.tries {
                 *tally.statuses.entry(status).or_default() += 1;
                 tally.latencies.push(latency);
             }
             match sent.outcome {
-                Some(outcome) => *tally.outcomes.entry(outcome).or_default() += 1,
+                Some(outcome) => {
+                    *outcomes.entry(outcome.clone()).or_default() += 1;
+                    *tally.outcomes.entry(outcome).or_default() += 1;
+                }
                 None => tally.failed += 1,
             }
         }
@@ -96,17 +165,41 @@ pub async fn run(
     let elapsed = started.elapsed();
 
     let verification = match pool {
-        Some(pool) => Some(verify(pool, run_id, args.events).await?),
+        Some(pool) => Some(verify(pool, &plan, tally.sent).await?),
         None => None,
     };
     // With a database the books decide; without one, each event must have
-    // been processed exactly once by the answers (the rest duplicates).
-    let processed = tally.outcomes.get("processed").copied().unwrap_or(0);
+    // been applied exactly once by the answers (the rest duplicates).
     let passed = tally.failed == 0
         && match &verification {
             Some(verification) => verification["passed"] == true,
-            None => processed == args.events,
+            None => tally.kinds.iter().all(|(kind, (events, outcomes))| {
+                let first = |outcome: &str| outcomes.get(outcome).copied().unwrap_or(0);
+                let applied: u64 = match kind {
+                    // Stripe's charge event credits nothing: the credit is the intent's.
+                    Kind::Charge => first("processed") + first("ignored"),
+                    Kind::Refund => first("processed") + first("deferred"),
+                    _ => first("processed"),
+                };
+                applied == *events
+            }),
         };
+    writeln!(
+        out,
+        "{}",
+        report(args, &plan, tally, elapsed, verification, passed)
+    )?;
+    Ok(passed)
+}
+
+fn report(
+    args: &DrillArgs,
+    plan: &Plan,
+    mut tally: Tally,
+    elapsed: Duration,
+    verification: Option<serde_json::Value>,
+    passed: bool,
+) -> serde_json::Value {
     tally.latencies.sort_unstable();
     let percentile = |p: f64| {
         let len = tally.latencies.len();
@@ -122,48 +215,33 @@ pub async fn run(
         tally.latencies[index].as_secs_f64() * 1000.0
     };
     #[allow(clippy::cast_precision_loss)]
-    let unique_per_sec = args.events as f64 / elapsed.as_secs_f64();
-    let report = json!({
-        "run": run_id.to_string(),
-        "events": args.events,
+    let unique_per_sec = tally.sent as f64 / elapsed.as_secs_f64();
+    let kinds: serde_json::Map<String, serde_json::Value> = tally
+        .kinds
+        .iter()
+        .map(|(kind, (events, outcomes))| {
+            let counts = json!({ "events": events, "outcomes": outcomes });
+            (kind.as_str().to_owned(), counts)
+        })
+        .collect();
+    json!({
+        "run": plan.run_id.to_string(),
+        "events": tally.sent,
         "duplicates": args.duplicates,
         "concurrency": args.concurrency,
+        "users": plan.users,
+        "mix": plan.mix,
         "sent": tally.latencies.len(),
         "statuses": tally.statuses,
         "outcomes": tally.outcomes,
+        "kinds": kinds,
         "gave_up": tally.failed,
         "seconds": elapsed.as_secs_f64(),
         "unique_events_per_sec": unique_per_sec,
         "latency_ms": { "p50": percentile(0.50), "p90": percentile(0.90), "p99": percentile(0.99), "max": percentile(1.0) },
         "verification": verification,
         "passed": passed,
-    });
-    writeln!(out, "{report}")?;
-    Ok(passed)
-}
-
-/// Unique event `n` of drill `run_id`, for one of [`USERS`] wallets.
-fn event(run_id: u128, n: u64) -> String {
-    json!({
-        "id": format!("evt_drill_{run_id}_{n}"),
-        "object": "event",
-        "type": "payment_intent.succeeded",
-        "created": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        "data": { "object": {
-            "id": format!("pi_drill_{run_id}_{n}"),
-            "object": "payment_intent",
-            "amount": amount(n),
-            "amount_received": amount(n),
-            "currency": "usd",
-            "metadata": { "user_id": format!("drill_{run_id}_{}", n % USERS) },
-        }},
-        "livemode": false,
     })
-    .to_string()
-}
-
-fn amount(n: u64) -> u64 {
-    100 + n % 100
 }
 
 /// Sends one copy until it is answered 2xx (re-signed on every try, as a
@@ -173,31 +251,23 @@ fn amount(n: u64) -> u64 {
 async fn send(
     client: &reqwest::Client,
     url: &str,
-    secret: &str,
-    body: &str,
+    signer: &Signer,
+    delivery: &plan::Delivery,
     give_up_after: Duration,
 ) -> Sent {
     let first = Instant::now();
     let mut tries = Vec::new();
     let mut backoff = Duration::from_millis(20);
     for attempt in 0_i32.. {
-        let t = i64::try_from(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        )
-        .unwrap_or(0);
-        let started = Instant::now();
-        let result = client
+        let mut request = client
             .post(url)
-            .header(
-                stripe::SIGNATURE_HEADER,
-                stripe::signature_header(secret, t, body.as_bytes()),
-            )
             .header("content-type", "application/json")
-            .body(body.to_owned())
-            .send()
-            .await;
+            .body(delivery.body.clone());
+        for (name, value) in signer.headers(delivery) {
+            request = request.header(name, value);
+        }
+        let started = Instant::now();
+        let result = request.send().await;
         let mut wait = backoff;
         match result {
             Ok(response) => {
@@ -244,25 +314,4 @@ async fn send(
         tries,
         outcome: None,
     }
-}
-
-/// The books after the drill: exactly-once effects for this run's events.
-async fn verify(pool: &PgPool, run_id: u128, events: u64) -> anyhow::Result<serde_json::Value> {
-    let prefix = format!("drill_{run_id}_");
-    let expected_total: u64 = (0..events).map(amount).sum();
-    let counts = crate::ledger::drill_counts(pool, &prefix).await?;
-    let passed = counts.events == i64::try_from(events)?
-        && counts.entries == i64::try_from(events)?
-        && counts.outbox == i64::try_from(events)?
-        && counts.balance_total == i64::try_from(expected_total)?
-        && counts.mismatched_wallets == 0;
-    Ok(json!({
-        "event_rows": counts.events,
-        "entries": counts.entries,
-        "outbox_rows": counts.outbox,
-        "wallet_total_minor": counts.balance_total,
-        "expected_total_minor": expected_total,
-        "balance_mismatches": counts.mismatched_wallets,
-        "passed": passed,
-    }))
 }

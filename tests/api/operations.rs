@@ -2,13 +2,14 @@
 //! healthcheck. Each asserts its effect in the database.
 
 use std::process::Command;
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::cli;
 use webhookd::clock::Clock;
-use webhookd::config::{EventsCommand, PruneArgs, RetentionArgs, Secrets, SendArgs};
+use webhookd::config::{DrillArgs, EventsCommand, PruneArgs, RetentionArgs, Secrets, SendArgs};
 use webhookd::outbox::Drainer;
 use webhookd::sinks::Sink;
 use webhookd::sinks::log::LogSink;
@@ -468,44 +469,181 @@ async fn prune_keeps_an_old_event_whose_entry_is_young(pool: PgPool) {
 
 #[sqlx::test]
 async fn the_drill_storms_two_servers_and_finds_the_books_exact(pool: PgPool) {
-    // Two servers on one database; each event's copies go to both.
+    // Two servers on one database; each event's copies go to both, and the
+    // credits land on 16 hot wallets.
     let app = spawn_app(pool.clone()).await;
     let second = spawn_app(pool.clone()).await;
-    let args = webhookd::config::DrillArgs {
+    let args = DrillArgs {
         events: 200,
         duplicates: 5,
         concurrency: 8,
+        users: 16,
+        mix: false,
+        duration: None,
         urls: vec![app.address.clone(), second.address.clone()],
-        give_up_after: std::time::Duration::from_secs(60),
+        give_up_after: Duration::from_secs(60),
         stripe_webhook_secret: Secrets::new([SECRET]),
+        razorpay_webhook_secret: Secrets::default(),
     };
     let mut out = Vec::new();
     assert!(cli::drill::run(&args, Some(&pool), &mut out).await.unwrap());
     let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(report["sent"], 1000, "{report}");
     assert_eq!(report["statuses"]["200"], 1000);
-    assert_eq!(report["verification"]["event_rows"], 200);
-    assert_eq!(report["verification"]["entries"], 200);
-    assert_eq!(report["verification"]["outbox_rows"], 200);
+    let checks = &report["verification"]["checks"];
+    for (check, expected) in [
+        ("stripe_events", 200),
+        ("stripe_credits", 200),
+        ("outbox_wallet_credited", 200),
+        ("razorpay_events", 0),
+    ] {
+        assert_eq!(checks[check]["found"], expected, "{check}: {report}");
+    }
     assert_eq!(
-        report["verification"]["wallet_total_minor"],
-        report["verification"]["expected_total_minor"]
+        checks["usd_total_minor"]["found"],
+        checks["usd_total_minor"]["expected"]
     );
+    assert_eq!(report["verification"]["failed"], serde_json::json!([]));
     assert_eq!(report["passed"], true);
     let duplicates: i64 = sqlx::query_scalar("select count(*) from processed_events")
         .fetch_one(&pool)
         .await
         .unwrap();
     assert_eq!(duplicates, 200, "800 copies absorbed");
+    let wallets: i64 = sqlx::query_scalar("select count(*) from wallets")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(wallets <= 16, "{wallets} wallets");
     app.assert_consistent().await;
 
     // Without the secret there is nothing to sign with.
-    let unsigned = webhookd::config::DrillArgs {
+    let unsigned = DrillArgs {
         stripe_webhook_secret: Secrets::default(),
         ..args
     };
     assert!(
         cli::drill::run(&unsigned, None, &mut Vec::new())
+            .await
+            .is_err()
+    );
+}
+
+#[sqlx::test]
+async fn a_mixed_drill_finds_the_books_exact_and_fails_on_a_corrupted_balance(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    // 21 groups of ten and a short one: 106 credits, 22 charges, 21
+    // refunds, 22 subscription updates, 44 Razorpay captures.
+    let args = DrillArgs {
+        events: 215,
+        duplicates: 3,
+        concurrency: 8,
+        users: 50,
+        mix: true,
+        duration: None,
+        urls: vec![app.address.clone()],
+        give_up_after: Duration::from_secs(60),
+        stripe_webhook_secret: Secrets::new([SECRET]),
+        razorpay_webhook_secret: Secrets::new([crate::helpers::RAZORPAY_SECRETS.0]),
+    };
+    let mut out = Vec::new();
+    let passed = cli::drill::run(&args, Some(&pool), &mut out).await.unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert!(passed, "{report}");
+    assert_eq!(report["statuses"]["200"], 645, "{report}");
+    for (kind, events) in [
+        ("payment_intent.succeeded", 106),
+        ("charge.succeeded", 22),
+        ("charge.refunded", 21),
+        ("customer.subscription.updated", 22),
+        ("payment.captured", 44),
+    ] {
+        assert_eq!(report["kinds"][kind]["events"], events, "{kind}: {report}");
+        assert_eq!(
+            report["kinds"][kind]["outcomes"]["duplicate"],
+            events * 2,
+            "{kind}: {report}"
+        );
+    }
+    let checks = &report["verification"]["checks"];
+    for (check, expected) in [
+        ("stripe_events", 171),
+        ("razorpay_events", 44),
+        ("stripe_credits", 106),
+        ("stripe_refunds", 21),
+        ("razorpay_credits", 44),
+        ("outbox_wallet_credited", 150),
+        ("outbox_wallet_debited", 21),
+        ("outbox_payment_receipt", 22),
+        ("outbox_subscription_changed", 22),
+        ("deferred_waiting", 0),
+        ("balance_mismatches", 0),
+    ] {
+        assert_eq!(checks[check]["found"], expected, "{check}: {report}");
+    }
+    let prefix = format!("drill_{}_", report["run"].as_str().unwrap());
+    let wallets: i64 = sqlx::query_scalar(
+        "select count(distinct user_id) from wallets where starts_with(user_id, $1)",
+    )
+    .bind(&prefix)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!((40..=50).contains(&wallets), "{wallets} wallets");
+    app.assert_consistent().await;
+
+    // The same books with one balance off by one unit fail, and say where.
+    sqlx::query(
+        "update wallets set balance_minor = balance_minor + 1
+         where (user_id, currency) = (select user_id, currency from wallets
+                                      where starts_with(user_id, $1) and currency = 'USD'
+                                      order by user_id limit 1)",
+    )
+    .bind(&prefix)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let plan = cli::drill::Plan {
+        run_id: report["run"].as_str().unwrap().parse().unwrap(),
+        events: 215,
+        users: 50,
+        mix: true,
+    };
+    let verification = cli::drill::verify(&pool, &plan, 215).await.unwrap();
+    assert_eq!(verification["passed"], false);
+    assert_eq!(
+        verification["failed"],
+        serde_json::json!(["usd_total_minor", "balance_mismatches"])
+    );
+
+    // One event at a time, the refunds of odd groups come before their
+    // credits: deferred, then applied by the credit.
+    let sequential = DrillArgs {
+        events: 20,
+        duplicates: 1,
+        concurrency: 1,
+        ..args.clone()
+    };
+    let mut out = Vec::new();
+    assert!(
+        cli::drill::run(&sequential, Some(&pool), &mut out)
+            .await
+            .unwrap()
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        report["kinds"]["charge.refunded"]["outcomes"],
+        serde_json::json!({ "deferred": 1, "processed": 1 }),
+        "{report}"
+    );
+
+    // The mix needs the Razorpay secret.
+    let without = DrillArgs {
+        razorpay_webhook_secret: Secrets::default(),
+        ..args
+    };
+    assert!(
+        cli::drill::run(&without, None, &mut Vec::new())
             .await
             .is_err()
     );
