@@ -208,55 +208,60 @@ impl TestApp {
         }
     }
 
-    /// Invariants that hold after every test: each balance equals the sum of
-    /// its entries, and every entry and outbox row belongs to a recorded event.
+    /// Invariants that hold after every test ([`assert_consistent`]).
     pub async fn assert_consistent(&self) {
-        let mut conn = self.pool.acquire().await.unwrap();
-        let mismatches = ledger::mismatches(&mut conn).await.unwrap();
-        assert!(
-            mismatches.is_empty(),
-            "balances differ from their entries: {mismatches:?}"
-        );
-        let orphans: i64 = sqlx::query_scalar(
-            "select (select count(*) from wallet_entries w where not exists
-                        (select 1 from processed_events e where e.provider = w.provider and e.event_id = w.event_id))
-                  + (select count(*) from outbox o where not exists
-                        (select 1 from processed_events e where e.provider = o.provider and e.event_id = o.event_id))",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-        assert_eq!(orphans, 0, "effects without their event");
-        let pending: i64 =
-            sqlx::query_scalar("select count(*) from processed_events where outcome = 'pending'")
-                .fetch_one(&mut *conn)
-                .await
-                .unwrap();
-        assert_eq!(pending, 0, "events committed without an outcome");
-        // Every refund debits a credit of its own wallet and currency, and a
-        // credit's refunds never add up to more than it.
-        let refunds_astray: i64 = sqlx::query_scalar(
-            "select count(*) from wallet_entries r
-             where r.kind = 'refund' and not exists
-                (select 1 from wallet_entries c
-                 where c.provider = r.provider and c.kind = 'credit' and c.source_ref = r.parent_ref
-                   and c.user_id = r.user_id and c.currency = r.currency)",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-        assert_eq!(refunds_astray, 0, "refunds without their credit");
-        let over_refunded: i64 = sqlx::query_scalar(
-            "select count(*) from wallet_entries c
-             where c.kind = 'credit' and c.amount_minor < coalesce(
-                (select -sum(r.amount_minor) from wallet_entries r
-                 where r.provider = c.provider and r.kind = 'refund' and r.parent_ref = c.source_ref), 0)",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-        assert_eq!(over_refunded, 0, "credits refunded beyond their amount");
+        assert_consistent(&self.pool).await;
     }
+}
+
+/// Invariants that hold after every test: each balance equals the sum of
+/// its entries, and every entry and outbox row belongs to a recorded event.
+pub async fn assert_consistent(pool: &PgPool) {
+    let mut conn = pool.acquire().await.unwrap();
+    let mismatches = ledger::mismatches(&mut conn).await.unwrap();
+    assert!(
+        mismatches.is_empty(),
+        "balances differ from their entries: {mismatches:?}"
+    );
+    let orphans: i64 = sqlx::query_scalar(
+        "select (select count(*) from wallet_entries w where not exists
+                    (select 1 from processed_events e where e.provider = w.provider and e.event_id = w.event_id))
+              + (select count(*) from outbox o where not exists
+                    (select 1 from processed_events e where e.provider = o.provider and e.event_id = o.event_id))",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0, "effects without their event");
+    let pending: i64 =
+        sqlx::query_scalar("select count(*) from processed_events where outcome = 'pending'")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    assert_eq!(pending, 0, "events committed without an outcome");
+    // Every refund debits a credit of its own wallet and currency, and a
+    // credit's refunds never add up to more than it.
+    let refunds_astray: i64 = sqlx::query_scalar(
+        "select count(*) from wallet_entries r
+         where r.kind = 'refund' and not exists
+            (select 1 from wallet_entries c
+             where c.provider = r.provider and c.kind = 'credit' and c.source_ref = r.parent_ref
+               and c.user_id = r.user_id and c.currency = r.currency)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(refunds_astray, 0, "refunds without their credit");
+    let over_refunded: i64 = sqlx::query_scalar(
+        "select count(*) from wallet_entries c
+         where c.kind = 'credit' and c.amount_minor < coalesce(
+            (select -sum(r.amount_minor) from wallet_entries r
+             where r.provider = c.provider and r.kind = 'refund' and r.parent_ref = c.source_ref), 0)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(over_refunded, 0, "credits refunded beyond their amount");
 }
 
 // Stripe-shaped events, trimmed to what webhookd reads plus the envelope.

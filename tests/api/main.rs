@@ -10,6 +10,7 @@ mod ingest;
 mod lifecycle;
 mod operations;
 mod outbox;
+mod parity;
 mod poison;
 mod properties;
 mod razorpay;
