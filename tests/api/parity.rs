@@ -3,7 +3,7 @@
 //! in the same tables ([`snapshot`]) and the same outcome per event as when
 //! each event is applied in its own transaction, in arrival order:
 //! - applied in consecutive batches, one transaction each
-//!   ([`ingest_batch`]): the same tables exactly, and the same outcome at
+//!   ([`ingest::ingest_batch`]): the same tables exactly, and the same outcome at
 //!   every position (a copy answered `duplicate` in one is `duplicate` in
 //!   the other);
 //! - submitted all at once, copies too, to the concurrent batcher
@@ -25,7 +25,6 @@ mod settled;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use futures_util::future::join_all;
 use proptest::collection::vec;
@@ -35,28 +34,13 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use webhookd::effects::Outcome;
 use webhookd::ingest::batch::BatchSettings;
-use webhookd::ingest::{self, Ingestor, Receipt};
+use webhookd::ingest::{self, Ingestor, Receipt, Wake};
 use webhookd::providers::VerifiedEvent;
 
 use crate::helpers::assert_consistent;
 use history::{History, MAX_EVENTS, Variant, history};
 use settled::assert_same;
 use snapshot::snapshot;
-
-// replace with webhookd::ingest::ingest_batch
-/// Stands in for `webhookd::ingest::ingest_batch` (`events` in one
-/// transaction, answered in order, with the outcomes of applying them one
-/// by one) until the engine has it: applies them one by one.
-async fn ingest_batch(
-    pool: &PgPool,
-    events: &[VerifiedEvent],
-) -> Vec<Result<Receipt, Arc<sqlx::Error>>> {
-    let mut answers = Vec::with_capacity(events.len());
-    for event in events {
-        answers.push(ingest::ingest(pool, event).await.map_err(Arc::new));
-    }
-    answers
-}
 
 #[sqlx::test]
 async fn every_history_applied_in_batches_matches_one_event_per_transaction(pool: PgPool) {
@@ -73,7 +57,7 @@ async fn every_history_applied_in_batches_matches_one_event_per_transaction(pool
         let expected = one_event_per_transaction(&databases.one_by_one, &history, &context).await;
         let mut batched = Vec::with_capacity(history.events.len());
         for batch in batches {
-            let answers = ingest_batch(&databases.other, batch).await;
+            let answers = ingest::ingest_batch(&databases.other, batch).await;
             assert_eq!(answers.len(), batch.len(), "{context}");
             for (event, answer) in batch.iter().zip(answers) {
                 batched.push(outcome(event, answer.map_err(|e| e.to_string()), &context));
@@ -116,6 +100,7 @@ async fn every_history_through_the_concurrent_batcher_matches_one_event_per_tran
                 max_events,
                 concurrency,
             },
+            Wake::Notify,
         );
         let answers = join_all(
             history
