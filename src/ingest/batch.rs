@@ -13,13 +13,17 @@
 //! - a copy of an event in the same batch, or in a concurrent one, answers
 //!   `duplicate` once the first copy committed;
 //! - a failing event never fails its neighbours: when the batch fails, its
-//!   events are applied again one by one, each in its own transaction (the
-//!   one fallback, [`one_by_one`]);
-//! - a request that gave up (answered 503) is never committed: the batch
-//!   rolls back and runs again without it;
+//!   events are applied again one by one, each in its own transaction, in
+//!   arrival order among those that share a key (the one fallback,
+//!   [`one_by_one`]);
+//! - a request that gave up (answered 503) before its batch began to commit
+//!   is never committed: the batch rolls back and runs again without it (one
+//!   that gives up while the commit is in flight may still be committed; its
+//!   retry is then a `duplicate`);
 //! - locks are taken in one global order ([`super::engine`]), so batches
 //!   cannot deadlock with each other or with one-event transactions.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +34,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use super::engine::{self, Wake};
 use super::{Receipt, receipt};
 use crate::providers::VerifiedEvent;
-use crate::{db, telemetry};
+use crate::{db, effects, ledger, telemetry};
 
 /// How many events share a transaction, and how many batches run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,30 +131,11 @@ async fn dispatch(batches: Batches, mut jobs: mpsc::Receiver<Job>, settings: Bat
                 Err(_) => break,
             }
         }
-        tokio::spawn(run(
-            batches.clone(),
-            batch,
-            Some(executor),
-            Fallback::Concurrent,
-        ));
+        tokio::spawn(run(batches.clone(), batch, Some(executor)));
     }
 }
 
-/// How a failed batch's events are applied one by one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fallback {
-    /// All at once (they arrived concurrently): a waiting one holds back no other.
-    Concurrent,
-    /// In order, one after the other.
-    InOrder,
-}
-
-async fn run(
-    batches: Batches,
-    jobs: Vec<Job>,
-    executor: Option<OwnedSemaphorePermit>,
-    fallback: Fallback,
-) {
+async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePermit>) {
     // A request that timed out while queued was answered 503 already: leave
     // its event to the provider's retry rather than apply it unannounced.
     let (events, replies): (Vec<VerifiedEvent>, Vec<_>) = jobs
@@ -185,7 +170,7 @@ async fn run(
                 .into_iter()
                 .map(|reply| reply.into_inner().expect("never poisoned"));
             let pending = events.iter().zip(replies).collect();
-            one_by_one(&batches, pending, &error, fallback).await;
+            one_by_one(&batches, pending, &error).await;
         }
     }
 }
@@ -196,12 +181,13 @@ async fn run(
 /// request that gives up meanwhile has its transaction dropped, so that its
 /// 503 leaves nothing behind. Not when the database itself is lost: one by
 /// one would only wait for it again.
-async fn one_by_one(
-    batches: &Batches,
-    pending: Vec<(&VerifiedEvent, Option<oneshot::Sender<Answer>>)>,
-    error: &Arc<sqlx::Error>,
-    fallback: Fallback,
-) {
+///
+/// Events that share a key (an event id, a payment, a subscription, an
+/// invoice, a wallet: [`effects::plan`]) run in arrival order, one after
+/// the other, so a failed batch ends as it would have committed; groups
+/// that share nothing run concurrently, at most [`FALLBACK_GROUPS`] at once,
+/// so one hot key holds one connection, never the pool.
+async fn one_by_one(batches: &Batches, pending: Vec<Pending<'_>>, error: &Arc<sqlx::Error>) {
     if db::is_connection_failure(error) {
         for (_, reply) in pending {
             if let Some(reply) = reply {
@@ -215,6 +201,7 @@ async fn one_by_one(
         events = pending.len(),
         "a batch failed: applying its events one by one"
     );
+    let groups = Semaphore::new(FALLBACK_GROUPS);
     let one = |event: &VerifiedEvent, reply: Option<oneshot::Sender<Answer>>| {
         let (pool, wake) = (&batches.pool, &batches.wake);
         let event = event.clone();
@@ -230,16 +217,75 @@ async fn one_by_one(
             }
         }
     };
-    match fallback {
-        Fallback::Concurrent => {
-            join_all(pending.into_iter().map(|(event, reply)| one(event, reply))).await;
+    let mut by_group: Vec<Vec<Pending<'_>>> = Vec::new();
+    let group_of = sharing_groups(pending.iter().map(|(event, _)| *event));
+    for ((event, reply), group) in pending.into_iter().zip(group_of) {
+        if by_group.len() <= group {
+            by_group.resize_with(group + 1, Vec::new);
         }
-        Fallback::InOrder => {
-            for (event, reply) in pending {
+        by_group[group].push((event, reply));
+    }
+    join_all(by_group.into_iter().map(|group| {
+        let (groups, one) = (&groups, &one);
+        async move {
+            let Ok(_turn) = groups.acquire().await else {
+                return;
+            };
+            for (event, reply) in group {
                 one(event, reply).await;
             }
         }
+    }))
+    .await;
+}
+
+/// An event of a failed batch and its reply, if its request still waits.
+type Pending<'a> = (&'a VerifiedEvent, Option<oneshot::Sender<Answer>>);
+
+/// How many groups of a failed batch are applied at once.
+const FALLBACK_GROUPS: usize = 4;
+
+/// The group of each event: events that share an event id or any key of
+/// their plans are in one group. Groups are numbered in order of their
+/// first event.
+fn sharing_groups<'a>(events: impl Iterator<Item = &'a VerifiedEvent>) -> Vec<usize> {
+    let mut owner: HashMap<String, usize> = HashMap::new();
+    let mut parent: Vec<usize> = Vec::new();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
     }
+    for (i, event) in events.enumerate() {
+        parent.push(i);
+        let plan = effects::plan(event);
+        let keys = plan
+            .keys
+            .into_iter()
+            .chain(plan.wallets.iter().map(|(u, c)| ledger::wallet_key(u, c)))
+            .chain([format!("{}:{}", event.provider(), event.event_id())]);
+        for key in keys {
+            match owner.get(&key) {
+                Some(&other) => {
+                    let (a, b) = (root(&mut parent, other), root(&mut parent, i));
+                    parent[a.max(b)] = a.min(b);
+                }
+                None => {
+                    owner.insert(key, i);
+                }
+            }
+        }
+    }
+    let mut numbers: HashMap<usize, usize> = HashMap::new();
+    (0..parent.len())
+        .map(|i| {
+            let group = root(&mut parent, i);
+            let next = numbers.len();
+            *numbers.entry(group).or_insert(next)
+        })
+        .collect()
 }
 
 /// The batch alone, without the fallback: one transaction for every wanted
@@ -278,7 +324,7 @@ fn abandoned() -> Answer {
 /// Applies `events` as one batch, in order, and answers each: the batch
 /// path without the dispatcher, for callers that form their own batches (a
 /// sweep's page, a test). When the batch fails, its events are applied one
-/// by one in order ([`one_by_one`]).
+/// by one ([`one_by_one`]).
 pub async fn apply(pool: &PgPool, events: &[VerifiedEvent], wake: Wake) -> Vec<Answer> {
     let batches = Batches {
         pool: pool.clone(),
@@ -296,7 +342,7 @@ pub async fn apply(pool: &PgPool, events: &[VerifiedEvent], wake: Wake) -> Vec<A
             (job, answer)
         })
         .unzip();
-    run(batches, jobs, None, Fallback::InOrder).await;
+    run(batches, jobs, None).await;
     let mut out = Vec::with_capacity(answers.len());
     for answer in answers {
         out.push(answer.await.unwrap_or_else(|_| abandoned()));

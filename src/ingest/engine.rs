@@ -80,6 +80,10 @@ pub(super) async fn commit(
     let units: Vec<(&VerifiedEvent, &Plan)> =
         claimed.iter().map(|&i| (events[i], &plans[i])).collect();
     let applied = apply_in_order(&mut tx, &units).await?;
+    if applied.len() != units.len() {
+        // Never commit a claimed event without its outcome.
+        return Err(sqlx::Error::RowNotFound);
+    }
     let recorded: Vec<Recorded<'_>> = units
         .iter()
         .zip(&applied)

@@ -96,7 +96,7 @@ pub async fn post<'a>(
         -- the entries of this statement that come after it.
         select (first.position - 1)::int as "index!", entry.id as "entry_id!",
                (wallet.balance_minor - coalesce(sum(entry.amount_minor) over (
-                   partition by entry.user_id, entry.currency order by entry.id
+                   partition by entry.user_id, entry.currency order by first.position
                    rows between 1 following and unbounded following), 0))::bigint as "balance_minor!"
         from entry
         join wallet using (user_id, currency)

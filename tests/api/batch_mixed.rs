@@ -321,3 +321,43 @@ async fn batches_of_credits_and_refunds_over_shared_wallets_in_opposite_orders_n
     assert_eq!(deferred, json!(0));
     app.assert_consistent().await;
 }
+
+#[sqlx::test]
+async fn a_failed_batch_applies_events_that_share_a_key_in_arrival_order(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    // A wallet that cannot take another cent: a credit to it fails its batch.
+    let full = [stripe(
+        "evt_f_full",
+        "payment_intent.succeeded",
+        payment_intent_succeeded("evt_f_full", "pi_f_full", "user_full", i64::MAX),
+    )];
+    ingest::ingest_batch(&app.pool, &full).await;
+    let t = now();
+    let update = |id: &str, status: &str| {
+        let body = subscription(id, "customer.subscription.updated", "sub_f", status, t);
+        stripe(id, "customer.subscription.updated", body)
+    };
+    // Two updates of one subscription at the same second: the later arrival
+    // wins, also when a poison neighbour sends the batch one by one.
+    let events = [
+        update("evt_f_1", "past_due"),
+        stripe(
+            "evt_f_over",
+            "payment_intent.succeeded",
+            payment_intent_succeeded("evt_f_over", "pi_f_over", "user_full", 1),
+        ),
+        update("evt_f_2", "active"),
+        update("evt_f_3", "unpaid"),
+    ];
+    let answers = outcomes(&ingest::ingest_batch(&app.pool, &events).await);
+    use Outcome::{Processed, Rejected};
+    assert_eq!(answers, [Processed, Rejected, Processed, Processed]);
+    let status: String =
+        sqlx::query_scalar("select status from subscriptions where subscription_id = 'sub_f'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "unpaid", "the last to arrive of equal times");
+    assert_eq!(app.event("evt_f_over").await.1["sqlstate"], "22003");
+    app.assert_consistent().await;
+}
