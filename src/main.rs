@@ -1,3 +1,4 @@
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -17,12 +18,24 @@ async fn main() -> ExitCode {
     telemetry::init(cli.log_format, to);
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
+        // Whoever read the answer stopped reading (`| head`): nothing to say.
+        Err(error) if closed_output(&error) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = ?error, "webhookd failed");
-            eprintln!("webhookd: {error:#}");
+            // Never a printing macro: they panic when stderr is closed.
+            let _ = writeln!(std::io::stderr(), "webhookd: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `error` is a write to an output nobody reads any more.
+fn closed_output(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

@@ -3,6 +3,9 @@
 //! only through [`bounded`].
 
 use std::borrow::Cow;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use tracing_subscriber::EnvFilter;
 
@@ -22,13 +25,12 @@ pub enum LogTo {
     Stderr,
 }
 
+/// Installs the subscriber. Lines go through [`LogPipe`]: writing one never
+/// blocks and never panics, whatever became of the output.
 pub fn init(format: LogFormat, to: LogTo) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let writer = match to {
-        LogTo::Stdout => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stdout),
-        LogTo::Stderr => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
-    };
+    let writer = LogPipe::start(to);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
@@ -42,6 +44,97 @@ pub fn init(format: LogFormat, to: LogTo) {
     };
     // Already initialised (tests): keep the first subscriber.
     let _ = result;
+}
+
+/// Log lines dropped since start: the output was closed, or did not keep
+/// up (its reader stopped reading). `webhookd_log_lines_dropped_total`.
+pub fn log_lines_dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Lines queued for the output at most; a line past that is dropped.
+const QUEUED_LINES: usize = 4096;
+
+/// The log output behind a queue: each line is handed to a thread of its own
+/// that writes it out, so a full pipe (a reader that stopped reading) blocks
+/// only that thread and a closed one (`| head`, a collector that went away)
+/// fails only its writes. Lines the queue cannot take are dropped and
+/// counted ([`log_lines_dropped`]); nothing the service does waits for its
+/// logs.
+#[derive(Clone)]
+struct LogPipe {
+    lines: SyncSender<Vec<u8>>,
+}
+
+impl LogPipe {
+    fn start(to: LogTo) -> Self {
+        let (lines, queued) = sync_channel::<Vec<u8>>(QUEUED_LINES);
+        // Without its thread every line is dropped (and counted).
+        let _ = std::thread::Builder::new()
+            .name("log-writer".into())
+            .spawn(move || write_out(to, &queued));
+        LogPipe { lines }
+    }
+}
+
+/// Writes queued lines until every sender is gone. A line whose write fails
+/// (a closed output) is dropped and counted; the next one is tried all the
+/// same.
+fn write_out(to: LogTo, queued: &Receiver<Vec<u8>>) {
+    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    for line in queued {
+        let written = match to {
+            LogTo::Stdout => stdout.write_all(&line).and_then(|()| stdout.flush()),
+            LogTo::Stderr => stderr.write_all(&line).and_then(|()| stderr.flush()),
+        };
+        if written.is_err() {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One log line being formatted; queued when the formatter is done with it.
+struct Line {
+    bytes: Vec<u8>,
+    lines: SyncSender<Vec<u8>>,
+}
+
+impl Write for Line {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if self.bytes.is_empty() {
+            return;
+        }
+        let line = std::mem::take(&mut self.bytes);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.lines.try_send(line)
+        {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogPipe {
+    type Writer = Line;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Line {
+            bytes: Vec::with_capacity(256),
+            lines: self.lines.clone(),
+        }
+    }
 }
 
 /// Most bytes of one network-supplied field (a path, a header value) that a

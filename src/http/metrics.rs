@@ -258,6 +258,13 @@ impl Metrics {
                 );
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP webhookd_log_lines_dropped_total Log lines dropped because the log output was closed or did not keep up.\n\
+             # TYPE webhookd_log_lines_dropped_total counter\n\
+             webhookd_log_lines_dropped_total {}",
+            crate::telemetry::log_lines_dropped()
+        );
         out
     }
 }

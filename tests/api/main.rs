@@ -8,6 +8,7 @@ mod helpers;
 mod hostile;
 mod ingest;
 mod lifecycle;
+mod log_pipe;
 mod operations;
 mod outbox;
 mod parity;
