@@ -1,5 +1,6 @@
 mod arbitrary;
 mod batch;
+mod drain_cli;
 mod drain_unavailable;
 mod fake_razorpay;
 mod fake_stripe;
