@@ -15,6 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 use webhookd::clock::Clock;
 use webhookd::outbox::retry::RetryPolicy;
+use webhookd::outbox::worker::DEFAULT_BATCH_BYTES;
 use webhookd::outbox::{Drainer, DrainerSettings};
 use webhookd::sinks::Sink;
 use webhookd::sinks::http::HttpSink;
@@ -70,6 +71,7 @@ async fn run(options: PgConnectOptions, rows: i64) -> anyhow::Result<()> {
         };
         let settings = DrainerSettings {
             batch,
+            batch_bytes: DEFAULT_BATCH_BYTES,
             concurrency,
             lease: Duration::from_secs(60),
             poll: Duration::from_secs(1),

@@ -244,12 +244,15 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
             .cloned()
     };
     let sink = match (set(&outbox.sink_url), set(&outbox.sink_secret)) {
-        (Some(url), Some(secret)) => Sink::Http(Box::new(HttpSink::new(
-            url.expose_secret(),
-            secret.expose_secret(),
-            outbox.sink_timeout,
-            clock.clone(),
-        )?)),
+        (Some(url), Some(secret)) => Sink::Http(Box::new(
+            HttpSink::new(
+                url.expose_secret(),
+                secret.expose_secret(),
+                outbox.sink_timeout,
+                clock.clone(),
+            )?
+            .with_max_body_bytes(outbox.sink_max_body_bytes),
+        )),
         (Some(_), None) => {
             anyhow::bail!("WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not")
         }
@@ -264,6 +267,7 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
     tracing::info!(sink = sink.name(), "outbox drainer configured");
     let drainer_settings = DrainerSettings {
         batch: outbox.outbox_batch,
+        batch_bytes: outbox.outbox_batch_bytes,
         concurrency: outbox.outbox_concurrency,
         lease: outbox.outbox_lease,
         poll: outbox.outbox_poll,
