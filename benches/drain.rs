@@ -1,5 +1,6 @@
 //! Outbox drain throughput: rows/s from Postgres to a local HTTP sink (and to
-//! the log sink), through the real drainer.
+//! the log sink), through the real drainer: in passes (`drain_once` until
+//! nothing is due) and running as `serve` runs it (`run`).
 //!
 //!   DATABASE_URL=postgres://... cargo bench --bench drain [-- ROWS]
 //!
@@ -13,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
+use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
 use webhookd::outbox::retry::RetryPolicy;
+use webhookd::outbox::worker::DEFAULT_BATCH_BYTES;
 use webhookd::outbox::{Drainer, DrainerSettings};
 use webhookd::sinks::Sink;
 use webhookd::sinks::http::HttpSink;
@@ -52,9 +55,18 @@ async fn run(options: PgConnectOptions, rows: i64) -> anyhow::Result<()> {
     let received = Arc::new(AtomicU64::new(0));
     let url = start_sink(received.clone()).await?;
 
-    println!("| sink | concurrency | batch | rows | seconds | rows/s |");
-    println!("|---|---|---|---|---|---|");
-    for (label, concurrency, batch) in [("log", 1, 100), ("http", 16, 100), ("http", 64, 200)] {
+    println!(
+        "| sink | drain | concurrency | batch | rows | seconds | rows/s | record statements |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (label, mode, concurrency, batch) in [
+        ("log", Mode::Passes, 1, 100),
+        ("http", Mode::Passes, 16, 100),
+        ("http", Mode::Passes, 64, 200),
+        ("log", Mode::Run, 1, 100),
+        ("http", Mode::Run, 16, 100),
+        ("http", Mode::Run, 64, 200),
+    ] {
         sqlx::query("update outbox set delivered_at = null, attempts = 0, locked_until = null")
             .execute(&pool)
             .await?;
@@ -70,6 +82,7 @@ async fn run(options: PgConnectOptions, rows: i64) -> anyhow::Result<()> {
         };
         let settings = DrainerSettings {
             batch,
+            batch_bytes: DEFAULT_BATCH_BYTES,
             concurrency,
             lease: Duration::from_secs(60),
             poll: Duration::from_secs(1),
@@ -80,25 +93,71 @@ async fn run(options: PgConnectOptions, rows: i64) -> anyhow::Result<()> {
         };
         let drainer = Drainer::new(pool.clone(), sink, settings, Clock::System);
         let started = Instant::now();
-        let mut delivered = 0;
-        loop {
-            let pass = drainer.drain_once().await?;
-            delivered += pass.delivered;
-            if pass.leased == 0 {
-                break;
-            }
-        }
+        let delivered = match mode {
+            Mode::Passes => passes(&drainer).await?,
+            Mode::Run => run_until(&drainer, rows).await,
+        };
         let secs = started.elapsed().as_secs_f64();
         anyhow::ensure!(delivered as i64 == rows, "delivered {delivered} of {rows}");
         #[allow(clippy::cast_precision_loss)]
         let rate = delivered as f64 / secs;
-        println!("| {label} | {concurrency} | {batch} | {rows} | {secs:.2} | {rate:.0} |");
+        let records = drainer.stats().record_statements.load(Ordering::Relaxed);
+        println!(
+            "| {label} | {} | {concurrency} | {batch} | {rows} | {secs:.2} | {rate:.0} | {records} |",
+            mode.label()
+        );
     }
     println!(
         "\nhttp sink requests received: {}",
         received.load(Ordering::Relaxed)
     );
     Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Mode {
+    /// `drain_once` until a pass leases nothing.
+    Passes,
+    /// `run`, as `serve` drains, until every row is delivered.
+    Run,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Passes => "drain_once",
+            Mode::Run => "run",
+        }
+    }
+}
+
+async fn passes(drainer: &Drainer) -> anyhow::Result<usize> {
+    let mut delivered = 0;
+    loop {
+        let pass = drainer.drain_once().await?;
+        delivered += pass.delivered;
+        if pass.leased == 0 {
+            return Ok(delivered);
+        }
+    }
+}
+
+/// Runs the drainer until its counters say `rows` were delivered.
+async fn run_until(drainer: &Drainer, rows: i64) -> usize {
+    let stats = drainer.stats().clone();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        drainer
+            .clone()
+            .run(shutdown.clone(), Duration::from_secs(5)),
+    );
+    let target = u64::try_from(rows).unwrap_or(u64::MAX);
+    while stats.delivered.load(Ordering::Relaxed) < target && !run.is_finished() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    shutdown.cancel();
+    let _ = run.await;
+    usize::try_from(stats.delivered.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
 
 async fn seed(pool: &PgPool, rows: i64) -> anyhow::Result<()> {

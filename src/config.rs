@@ -315,9 +315,21 @@ pub struct OutboxSettings {
     #[arg(long, env = "WEBHOOKD_SINK_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     pub sink_timeout: Duration,
 
-    /// Rows leased per pass.
+    /// Largest request body the http sink sends; a row whose body is larger
+    /// is dead-lettered unsent.
+    #[arg(long, env = "WEBHOOKD_SINK_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub sink_max_body_bytes: u64,
+
+    /// Rows leased per statement, and most rows a drainer holds at once.
     #[arg(long, env = "WEBHOOKD_OUTBOX_BATCH", default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=10_000))]
     pub outbox_batch: i64,
+
+    /// Most payload bytes a drainer holds at once (a larger row is leased
+    /// alone): bounds its memory, whatever the size of the rows.
+    #[arg(long, env = "WEBHOOKD_OUTBOX_BATCH_BYTES", default_value_t = 8 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
+    pub outbox_batch_bytes: u64,
 
     /// Deliveries in flight at once.
     #[arg(long, env = "WEBHOOKD_OUTBOX_CONCURRENCY", default_value_t = 16)]

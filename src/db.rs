@@ -187,6 +187,7 @@ fn is_transient_sqlstate(code: &str) -> bool {
             "40001" // serialization_failure
                 | "40P01" // deadlock_detected
                 | "55P03" // lock_not_available (lock_timeout)
+                | "55000" // object_not_in_prerequisite_state (e.g. a standby still recovering)
                 | "57014" // query_canceled (statement_timeout)
                 | "25006" // read_only_sql_transaction (failover to a replica)
         )
@@ -224,6 +225,59 @@ mod tests {
         ] {
             assert!(!is_poison_sqlstate(code), "{code}");
         }
+    }
+
+    #[test]
+    fn a_server_not_ready_or_not_accepting_connections_is_transient() {
+        // Not in its prerequisite state, shutting down (admin, crash),
+        // starting up, and every connection exception: a retry can succeed,
+        // so ingest answers 503 with Retry-After.
+        for code in [
+            "55000", "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004",
+        ] {
+            assert!(is_transient_sqlstate(code), "{code}");
+            assert!(!is_poison_sqlstate(code), "{code}");
+        }
+        // Only 55000 of its class: 55006 (object in use) is not a moment's wait.
+        assert!(!is_transient_sqlstate("55006"));
+        assert_eq!(classify(&refused("55000")), Failure::Transient);
+        assert_eq!(classify(&refused("57P03")), Failure::Transient);
+        assert!(is_connection_failure(&refused("08006")));
+        assert_eq!(classify(&refused("22003")), Failure::Poison);
+        assert_eq!(classify(&refused("42P01")), Failure::Permanent);
+    }
+
+    /// A database error with `code`, as the server would send it.
+    fn refused(code: &'static str) -> sqlx::Error {
+        #[derive(Debug)]
+        struct Refused(&'static str);
+        impl std::fmt::Display for Refused {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "SQLSTATE {}", self.0)
+            }
+        }
+        impl std::error::Error for Refused {}
+        impl sqlx::error::DatabaseError for Refused {
+            fn message(&self) -> &str {
+                "refused"
+            }
+            fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some(self.0.into())
+            }
+            fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+                self
+            }
+            fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+                self
+            }
+            fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+                self
+            }
+            fn kind(&self) -> sqlx::error::ErrorKind {
+                sqlx::error::ErrorKind::Other
+            }
+        }
+        sqlx::Error::Database(Box::new(Refused(code)))
     }
 
     #[test]

@@ -30,6 +30,17 @@ use crate::sinks::log::LogSink;
 use crate::sweep::api::{Api, Auth};
 use crate::sweep::schedule::{Sweeper, Target};
 
+/// What the workers of this process (its drainer, its sweep) share with the
+/// API.
+#[derive(Debug, Default)]
+pub struct Workers {
+    /// Their counters, for `/metrics`.
+    pub stats: WorkerStats,
+    /// How ingest wakes the drainer: in process when it lives here, else
+    /// `pg_notify` for drainers elsewhere.
+    pub wake: Wake,
+}
+
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
@@ -40,13 +51,13 @@ pub struct Application {
 
 impl Application {
     /// Binds the listener (port 0 picks a free one) and builds the router.
-    /// `workers`: the counters of this process's drainer and sweep, for `/metrics`.
+    /// `workers`: what this process's drainer and sweep share with the API.
     pub async fn build(
         settings: &ServeSettings,
         pool: PgPool,
         clock: Clock,
         shutdown: CancellationToken,
-        workers: WorkerStats,
+        workers: Workers,
     ) -> anyhow::Result<Self> {
         let providers = Providers::from_settings(settings)?;
         if providers.names().is_empty() {
@@ -54,10 +65,10 @@ impl Application {
         }
         tracing::info!(providers = ?providers.names(), "mounted providers");
         let state = AppState {
-            ingestor: Ingestor::start(pool.clone(), batch_settings(settings), Wake::Notify),
+            ingestor: Ingestor::start(pool.clone(), batch_settings(settings), workers.wake),
             pool,
             providers,
-            metrics: Arc::new(Metrics::new(workers)),
+            metrics: Arc::new(Metrics::new(workers.stats)),
             clock,
             shutdown: shutdown.clone(),
         };
@@ -253,12 +264,15 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
             .cloned()
     };
     let sink = match (set(&outbox.sink_url), set(&outbox.sink_secret)) {
-        (Some(url), Some(secret)) => Sink::Http(Box::new(HttpSink::new(
-            url.expose_secret(),
-            secret.expose_secret(),
-            outbox.sink_timeout,
-            clock.clone(),
-        )?)),
+        (Some(url), Some(secret)) => Sink::Http(Box::new(
+            HttpSink::new(
+                url.expose_secret(),
+                secret.expose_secret(),
+                outbox.sink_timeout,
+                clock.clone(),
+            )?
+            .with_max_body_bytes(outbox.sink_max_body_bytes),
+        )),
         (Some(_), None) => {
             anyhow::bail!("WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not")
         }
@@ -273,6 +287,7 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
     tracing::info!(sink = sink.name(), "outbox drainer configured");
     let drainer_settings = DrainerSettings {
         batch: outbox.outbox_batch,
+        batch_bytes: outbox.outbox_batch_bytes,
         concurrency: outbox.outbox_concurrency,
         lease: outbox.outbox_lease,
         poll: outbox.outbox_poll,
@@ -302,13 +317,16 @@ pub async fn serve(
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let tasks = TaskTracker::new();
-    let mut workers = WorkerStats::default();
+    let mut workers = Workers::default();
     if settings.role.drains() {
         let drainer = drainer(&settings, pool.clone(), Clock::System)?;
-        workers.deliveries = Some(drainer.stats().clone());
+        workers.stats.deliveries = Some(drainer.stats().clone());
+        // Ingest wakes this drainer directly; LISTEN still hears ingest in
+        // other processes (the API role).
+        workers.wake = Wake::InProcess(drainer.waker());
         tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
         if let Some(sweeper) = sweeper(&settings, pool.clone(), Clock::System)? {
-            workers.sweeps = Some(sweeper.stats.clone());
+            workers.stats.sweeps = Some(sweeper.stats.clone());
             tasks.spawn(sweeper.run(shutdown.clone()));
         }
     }

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use sqlx::PgPool;
 
+use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 use crate::config::EventsCommand;
 use crate::{events, ingest, providers};
 
@@ -18,31 +19,41 @@ pub async fn run(
                 writeln!(
                     out,
                     "{}  {:<10}  {:<32}  {:<34}  {:<10}  {}",
-                    e.received_at, e.provider, e.event_id, e.event_type, e.outcome, e.received_via
+                    e.received_at,
+                    id(&e.provider),
+                    id(&e.event_id),
+                    id(&e.event_type),
+                    id(&e.outcome),
+                    id(&e.received_via)
                 )?;
             }
         }
         EventsCommand::Show { provider, event_id } => {
             let stored = find(pool, provider, event_id).await?;
-            writeln!(out, "provider:    {}", stored.provider)?;
-            writeln!(out, "event_id:    {}", stored.event_id)?;
-            writeln!(out, "type:        {}", stored.event_type)?;
+            writeln!(out, "provider:    {}", id(&stored.provider))?;
+            writeln!(out, "event_id:    {}", id(&stored.event_id))?;
+            writeln!(out, "type:        {}", id(&stored.event_type))?;
             writeln!(
                 out,
                 "created:     {}",
-                stored.provider_created_at.as_deref().unwrap_or("-")
+                id(stored.provider_created_at.as_deref().unwrap_or("-"))
             )?;
             writeln!(out, "received:    {}", stored.received_at)?;
-            writeln!(out, "via:         {}", stored.received_via)?;
-            writeln!(out, "outcome:     {}", stored.outcome)?;
-            writeln!(out, "detail:      {}", stored.detail)?;
-            writeln!(out, "payload:     {}", stored.payload)?;
+            writeln!(out, "via:         {}", id(&stored.received_via))?;
+            writeln!(out, "outcome:     {}", id(&stored.outcome))?;
+            let detail = stored.detail.to_string();
+            writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;
+            // The whole payload (it is what was asked for), escaped.
+            let payload = stored.payload.to_string();
+            writeln!(out, "payload:     {}", shown(&payload, usize::MAX))?;
         }
         EventsCommand::Replay { provider, event_id } => {
             let stored = find(pool, provider, event_id).await?;
             anyhow::ensure!(
                 stored.outcome != "imported",
-                "{provider} {event_id} was imported: an earlier handler applied it, so replaying it would apply it twice"
+                "{} {} was imported: an earlier handler applied it, so replaying it would apply it twice",
+                id(provider),
+                id(event_id)
             );
             let event = providers::from_stored(
                 &stored.provider,
@@ -52,21 +63,24 @@ pub async fn run(
             )
             .map_err(|e| anyhow::anyhow!("the stored payload cannot be replayed: {e}"))?;
             let replayed = ingest::replay(pool, &event, &stored.outcome).await?;
+            let detail = replayed.applied.detail.to_string();
             writeln!(
                 out,
-                "replayed {provider} {event_id}: {} {}",
+                "replayed {} {}: {} {}",
+                id(provider),
+                id(event_id),
                 replayed.applied.outcome.as_str(),
-                replayed.applied.detail
+                shown(&detail, MAX_SHOWN_TEXT_BYTES)
             )?;
             if replayed.recorded {
                 writeln!(
                     out,
                     "stored outcome changed from {} to {}",
-                    stored.outcome,
+                    id(&stored.outcome),
                     replayed.applied.outcome.as_str()
                 )?;
             } else {
-                writeln!(out, "stored outcome unchanged ({})", stored.outcome)?;
+                writeln!(out, "stored outcome unchanged ({})", id(&stored.outcome))?;
             }
         }
     }
@@ -77,6 +91,10 @@ async fn find(pool: &PgPool, provider: &str, event_id: &str) -> anyhow::Result<e
     events::find(pool, provider, event_id)
         .await?
         .ok_or_else(|| {
-            anyhow::anyhow!("no stored event {provider} {event_id} (pruned, or never received)")
+            anyhow::anyhow!(
+                "no stored event {} {} (pruned, or never received)",
+                id(provider),
+                id(event_id)
+            )
         })
 }

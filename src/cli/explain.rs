@@ -7,6 +7,8 @@ use std::io::Write;
 
 use sqlx::PgPool;
 
+use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
+
 /// Prints the timeline; `false` when nothing is known about `subject`.
 pub async fn run(pool: &PgPool, subject: &str, out: &mut impl Write) -> anyhow::Result<bool> {
     let lines = sqlx::query!(
@@ -85,11 +87,21 @@ pub async fn run(pool: &PgPool, subject: &str, out: &mut impl Write) -> anyhow::
     .fetch_all(pool)
     .await?;
     if lines.is_empty() {
-        writeln!(out, "nothing is known about {subject} (or it was pruned)")?;
+        writeln!(
+            out,
+            "nothing is known about {} (or it was pruned)",
+            id(subject)
+        )?;
         return Ok(false);
     }
     for row in lines {
-        writeln!(out, "{}  {}", row.at, row.line)?;
+        // Lines quote ids, details and errors from the network.
+        writeln!(
+            out,
+            "{}  {}",
+            row.at,
+            shown(&row.line, MAX_SHOWN_TEXT_BYTES)
+        )?;
     }
     Ok(true)
 }

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use sqlx::PgPool;
 
+use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 use crate::config::OutboxCommand;
 use crate::outbox::store;
 
@@ -26,12 +27,15 @@ pub async fn run(
                     "{:>8}  {:<8}  {:<22}  {:<10}  {:<28}  {:>8}  {:<20}  {}",
                     row.id,
                     row.state,
-                    row.topic,
-                    row.provider,
-                    row.event_id,
+                    id(&row.topic),
+                    id(&row.provider),
+                    id(&row.event_id),
                     row.attempts,
                     row.available_at,
-                    row.last_error.as_deref().unwrap_or("-"),
+                    shown(
+                        row.last_error.as_deref().unwrap_or("-"),
+                        MAX_SHOWN_TEXT_BYTES
+                    ),
                 )?;
             }
             let depth = store::depth(pool).await?;

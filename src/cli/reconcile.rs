@@ -6,6 +6,7 @@ use std::io::Write;
 
 use sqlx::PgPool;
 
+use super::{MAX_SHOWN_TEXT_BYTES, id, json_line, shown};
 use crate::clock::Clock;
 use crate::config::{Against, ReconcileArgs};
 use crate::{ledger, startup, sweep};
@@ -33,10 +34,11 @@ pub async fn against(
             sweep::audit::razorpay(&mut api, pool, (since, until)).await?
         }
     };
+    // Findings quote ids and metadata from the provider's API.
     for finding in &report.findings {
-        writeln!(out, "{finding}")?;
+        writeln!(out, "{}", shown(finding, MAX_SHOWN_TEXT_BYTES))?;
     }
-    writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    writeln!(out, "{}", json_line(&report)?)?;
     Ok(report.ok())
 }
 
@@ -52,16 +54,21 @@ pub async fn run(
         writeln!(
             out,
             "MISMATCH wallet {} {}: balance {} but entries sum to {}",
-            m.user_id, m.currency, m.balance_minor, m.entries_minor
+            id(&m.user_id),
+            id(&m.currency),
+            m.balance_minor,
+            m.entries_minor
         )?;
     }
     #[allow(clippy::cast_precision_loss)]
     let since = (Clock::System.now() as f64) - retention.window().as_secs_f64();
     let orphans = ledger::orphan_entries(&mut conn, since).await?;
-    for (id, provider, event_id) in &orphans {
+    for (entry, provider, event_id) in &orphans {
         writeln!(
             out,
-            "ORPHAN entry {id}: its event {provider} {event_id} is not recorded"
+            "ORPHAN entry {entry}: its event {} {} is not recorded",
+            id(provider),
+            id(event_id)
         )?;
     }
     let ok = mismatches.is_empty() && orphans.is_empty();

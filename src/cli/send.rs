@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
+use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 use crate::config::SendArgs;
 use crate::providers::{razorpay, stripe};
 
@@ -35,7 +36,10 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
             ];
             (razorpay::PROVIDER, body, headers)
         }
-        other => anyhow::bail!("cannot send samples for `{other}`: stripe or razorpay"),
+        other => anyhow::bail!(
+            "cannot send samples for `{}`: stripe or razorpay",
+            id(other)
+        ),
     };
     let url = format!("{}/webhooks/{path}", args.url.trim_end_matches('/'));
     let client = reqwest::Client::builder()
@@ -51,11 +55,17 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let response = request
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("{url} did not answer: {}", e.without_url()))?;
+        .map_err(|e| anyhow::anyhow!("{} did not answer: {}", id(&url), e.without_url()))?;
     let status = response.status();
     let answer = response.text().await.unwrap_or_default();
-    writeln!(out, "POST {url}: {status} {answer}")?;
-    writeln!(out, "sent: {body}")?;
+    // The answer comes from the network; the body quotes what was typed.
+    writeln!(
+        out,
+        "POST {}: {status} {}",
+        id(&url),
+        shown(&answer, MAX_SHOWN_TEXT_BYTES)
+    )?;
+    writeln!(out, "sent: {}", shown(&body, usize::MAX))?;
     anyhow::ensure!(status.is_success(), "webhookd answered {status}");
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 use sqlx::PgPool;
 
+use super::{id, json_line};
 use crate::clock::Clock;
 use crate::config::{ImportArgs, ImportSource, SweepCommand};
 use crate::events::{self, ImportRow};
@@ -44,7 +45,7 @@ pub async fn sweep(
             summary.recovered
         );
     }
-    writeln!(out, "{}", serde_json::to_string(&summary)?)?;
+    writeln!(out, "{}", json_line(&summary)?)?;
     Ok(())
 }
 
@@ -68,11 +69,11 @@ pub async fn import(
                 let provider = crate::providers::stripe::PROVIDER;
                 sweep::store::cut_over(pool, provider, until).await?;
             }
-            serde_json::to_string(&Imported::from(summary))?
+            json_line(&Imported::from(summary))?
         }
         (None, Some(provider), Some(path)) => {
             let imported = import_file(pool, provider, path, args.dry_run, clock.now()).await?;
-            serde_json::to_string(&imported)?
+            json_line(&imported)?
         }
         _ => anyhow::bail!("say `import stripe`, or `import --provider NAME --from-csv FILE`"),
     };
@@ -139,7 +140,7 @@ async fn import_file(
         "--provider must be a provider or source name"
     );
     let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", id(&path.display().to_string())))?;
     // Every line is checked before anything is written.
     let rows = parse_rows(&text)?;
     let mut imported = 0;

@@ -9,10 +9,7 @@
 //! effects' keys ([`effects::plan`]) and the wallets, each class sorted by
 //! hash. Effects run with all of them held.
 
-use std::sync::Arc;
-
 use sqlx::{PgConnection, PgPool};
-use tokio::sync::Notify;
 
 use crate::effects::plan::KEY_LOCK_CLASS;
 use crate::effects::{self, Applied, Outcome, Plan};
@@ -47,7 +44,7 @@ pub enum Wake {
     Notify,
     /// The drainer lives in this process: woken directly after the commit,
     /// without `pg_notify`.
-    InProcess(Arc<Notify>),
+    InProcess(outbox::Waker),
 }
 
 /// Applies `events` in one transaction begun with `begin`. Returns each
@@ -104,7 +101,7 @@ pub(super) async fn commit(
     }
     tx.commit().await?;
     if let Wake::InProcess(drainer) = wake {
-        drainer.notify_one();
+        drainer.wake();
     }
     for (&i, applied) in claimed.iter().zip(&applied) {
         outcomes[i] = applied.outcome;

@@ -1,12 +1,14 @@
 //! The transactional outbox: rows written in the ingest transaction, to be
 //! delivered at least once to the user's own systems, each with a stable id.
 
+mod pipeline;
+mod recorder;
 pub mod retry;
 pub mod store;
 pub mod worker;
 
 pub use store::{Message, enqueue, enqueue_one, notify};
-pub use worker::{Drainer, DrainerSettings};
+pub use worker::{Drainer, DrainerSettings, Waker};
 
 /// The channel the ingest transaction notifies when it writes outbox rows.
 pub const CHANNEL: &str = "webhookd_outbox";

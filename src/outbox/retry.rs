@@ -1,6 +1,7 @@
-//! When to try a failed delivery again: `attempt^4` seconds (1, 16, 81, 256,
-//! 625, ...), ±10% jitter, capped; a sink's `Retry-After` is honoured within
-//! the same cap; after `max_attempts` the row is dead-lettered.
+//! When to try a failed delivery again: `max(attempt^4 seconds ±10% jitter,
+//! Retry-After)`, at most the cap. The backoff grows 1, 16, 81, 256, 625, ...
+//! seconds; a sink's `Retry-After` can only lengthen it. After
+//! `max_attempts` the row is dead-lettered.
 
 use std::time::Duration;
 
@@ -19,18 +20,15 @@ pub enum Next {
 
 impl RetryPolicy {
     /// What to do after attempt number `attempts` failed. `jitter` is in
-    /// [-1, 1] and moves the backoff by up to 10%.
+    /// [-1, 1] and moves the backoff by up to 10%; the sink's `retry_after`
+    /// is a floor.
     pub fn next(&self, attempts: i32, retry_after: Option<Duration>, jitter: f64) -> Next {
         if attempts >= self.max_attempts {
             return Next::GiveUp;
         }
-        let wait = match retry_after {
-            Some(asked) => asked.max(Duration::from_secs(1)),
-            None => {
-                let base = f64::from(attempts.max(1)).powi(4);
-                Duration::from_secs_f64(base * (1.0 + 0.1 * jitter.clamp(-1.0, 1.0)))
-            }
-        };
+        let base = f64::from(attempts.max(1)).powi(4);
+        let backoff = Duration::from_secs_f64(base * (1.0 + 0.1 * jitter.clamp(-1.0, 1.0)));
+        let wait = backoff.max(retry_after.unwrap_or_default());
         Next::RetryAfter(wait.min(self.cap))
     }
 }
@@ -74,6 +72,11 @@ mod tests {
     fn retry_after_is_honoured_within_the_cap_and_attempts_run_out() {
         let asked = POLICY.next(1, Some(Duration::from_secs(120)), 0.0);
         assert_eq!(asked, Next::RetryAfter(Duration::from_secs(120)));
+        // Retry-After is a floor, never a shortcut past the backoff.
+        let shorter = POLICY.next(3, Some(Duration::from_secs(1)), 0.0);
+        assert_eq!(shorter, Next::RetryAfter(Duration::from_secs(81)));
+        let jittered = POLICY.next(2, Some(Duration::from_secs(1)), -1.0);
+        assert_eq!(jittered, Next::RetryAfter(Duration::from_secs_f64(14.4)));
         let bounded = POLICY.next(1, Some(Duration::from_secs(86_400)), 0.0);
         assert_eq!(bounded, Next::RetryAfter(Duration::from_secs(3600)));
         let zero = POLICY.next(1, Some(Duration::ZERO), 0.0);

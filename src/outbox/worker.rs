@@ -1,29 +1,35 @@
 //! The drainer: leases due rows, delivers them with no transaction open and
-//! bounded concurrency, records each outcome against `(id, attempts)`. It
-//! wakes on `LISTEN/NOTIFY` (the ingest transaction notifies at commit) and
-//! also polls, so it works behind PgBouncer and after a lost notification.
-//! Several drainers may share one database: `skip locked` and the lease keep
-//! them apart, and a crashed drainer's lease simply expires.
+//! a bounded number in flight, records the outcomes of many deliveries in
+//! one statement against `(id, attempts)`. It wakes on an in-process
+//! [`Waker`] (ingest in the same process), on `LISTEN/NOTIFY` (ingest in
+//! other processes), at the time the next retry is due, and on a poll, so it
+//! works behind PgBouncer and after a lost notification. Several drainers
+//! may share one database: `skip locked` and the lease keep them apart, and
+//! a crashed drainer's lease simply expires.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::pipeline::{Mode, Pipeline};
 use super::retry::{self, Next, RetryPolicy};
-use super::store::{self, Attempt, Leased};
+use super::store::{Attempt, Leased, Settled};
 use crate::clock::Clock;
 use crate::sinks::{Delivery, Sink};
 
 #[derive(Debug, Clone, Copy)]
 pub struct DrainerSettings {
-    /// Rows leased per statement.
+    /// Most rows leased per statement, and held (leased, not yet settled)
+    /// at once.
     pub batch: i64,
+    /// Most payload bytes (as JSON text) held at once; a row larger than
+    /// this is leased alone. Bounds the drainer's memory whatever the rows.
+    pub batch_bytes: u64,
     /// Deliveries in flight at once.
     pub concurrency: usize,
     /// How long a leased row stays invisible to other drainers; keep it above
@@ -34,22 +40,40 @@ pub struct DrainerSettings {
     pub retry: RetryPolicy,
 }
 
-/// Deliveries by result since start: hooks for metrics.
+/// The default of `WEBHOOKD_OUTBOX_BATCH_BYTES`.
+pub const DEFAULT_BATCH_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Deliveries by result since start, and the drainer's statements and
+/// memory: hooks for metrics.
 #[derive(Debug, Default)]
 pub struct DrainerStats {
     pub delivered: AtomicU64,
     pub retried: AtomicU64,
+    /// Dead-lettered, by the sink's answer or because the attempts ran out
+    /// (abandoned ones included).
     pub dead: AtomicU64,
+    /// Rows dead-lettered at lease: their last attempt never reported back.
+    pub abandoned: AtomicU64,
     /// Outcomes not recorded because the lease had been taken over.
     pub lost_leases: AtomicU64,
+    /// Lease statements run.
+    pub lease_statements: AtomicU64,
+    /// Statements that recorded outcomes (each of many rows).
+    pub record_statements: AtomicU64,
+    /// Payload bytes held now: leased and not yet delivered.
+    pub held_bytes: AtomicU64,
+    /// The most payload bytes ever held at once.
+    pub peak_held_bytes: AtomicU64,
 }
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Drained {
+    /// Rows the lease took, abandoned ones included.
     pub leased: usize,
     pub delivered: usize,
     pub retried: usize,
+    /// Dead-lettered, abandoned ones included.
     pub dead: usize,
     /// Leased but not started (stopping, or too little lease left): given back.
     pub released: usize,
@@ -58,15 +82,28 @@ pub struct Drained {
     pub unrecorded: usize,
 }
 
+/// Wakes a drainer of this process at once, e.g. after ingest committed
+/// outbox rows: cheaper and sooner than a notification through Postgres.
+/// Cheap to clone; a wake while the drainer is busy is kept for later.
+#[derive(Debug, Clone, Default)]
+pub struct Waker(pub(super) Arc<Notify>);
+
+impl Waker {
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Drainer {
-    pool: PgPool,
+    pub(super) pool: PgPool,
     sink: Arc<Sink>,
-    settings: DrainerSettings,
-    clock: Clock,
-    stats: Arc<DrainerStats>,
+    pub(super) settings: DrainerSettings,
+    pub(super) clock: Clock,
+    pub(super) stats: Arc<DrainerStats>,
     /// Once cancelled, no new delivery starts.
-    stopping: CancellationToken,
+    pub(super) stopping: CancellationToken,
+    pub(super) waker: Waker,
 }
 
 impl Drainer {
@@ -78,6 +115,7 @@ impl Drainer {
             clock,
             stats: Arc::default(),
             stopping: CancellationToken::new(),
+            waker: Waker::default(),
         }
     }
 
@@ -85,67 +123,43 @@ impl Drainer {
         &self.stats
     }
 
+    /// The handle that wakes this drainer (see [`Waker`]).
+    pub fn waker(&self) -> Waker {
+        self.waker.clone()
+    }
+
     /// Leases one batch of due rows, delivers them, records the outcomes.
     pub async fn drain_once(&self) -> Result<Drained, sqlx::Error> {
-        let leased_at = self.clock.now();
-        let leased = store::lease(
-            &self.pool,
-            self.settings.batch,
-            self.settings.lease.as_secs_f64(),
-            self.clock.pinned(),
-        )
-        .await?;
-        let mut drained = Drained {
-            leased: leased.len(),
-            ..Drained::default()
-        };
-        let mut outcomes = futures_util::stream::iter(leased)
-            .map(|message| self.deliver(message, leased_at))
-            .buffer_unordered(self.settings.concurrency.max(1));
-        while let Some(outcome) = outcomes.next().await {
-            match outcome {
-                Ok(Some(Attempt::Delivered)) => drained.delivered += 1,
-                Ok(Some(Attempt::Retry { .. })) => drained.retried += 1,
-                Ok(Some(Attempt::Dead { .. })) => drained.dead += 1,
-                Ok(None) => drained.released += 1,
-                // One row's bookkeeping failing must not abandon the others.
-                Err(error) => {
-                    tracing::warn!(error = %error, "could not record an outbox attempt");
-                    drained.unrecorded += 1;
-                }
-            }
-        }
-        Ok(drained)
+        Pipeline::new(self, Mode::Once).run(Duration::MAX).await
     }
 
     /// Whether a delivery started now could outlive the lease taken at
     /// `leased_at` (Unix seconds), letting another drainer take the row over
     /// while it is still being delivered.
-    fn lease_too_short(&self, leased_at: i64) -> bool {
+    pub(super) fn lease_too_short(&self, leased_at: i64) -> bool {
         let elapsed =
             Duration::from_secs(self.clock.now().saturating_sub(leased_at).unsigned_abs());
         elapsed + self.sink.timeout() + LEASE_MARGIN >= self.settings.lease
     }
 
-    /// Delivers one leased row and records the outcome; `None` when the row
-    /// was given back unstarted.
-    #[tracing::instrument(name = "deliver", skip_all, fields(outbox_id = message.id, attempt = message.attempts, topic = %message.topic))]
-    async fn deliver(
-        &self,
-        message: Leased,
-        leased_at: i64,
-    ) -> Result<Option<Attempt>, sqlx::Error> {
-        if self.stopping.is_cancelled() || self.lease_too_short(leased_at) {
-            store::release(&self.pool, message.id, message.attempts).await?;
-            return Ok(None);
-        }
-        let attempt = match self.sink.deliver(&message).await {
+    pub(super) fn sink_name(&self) -> &'static str {
+        self.sink.name()
+    }
+
+    /// Delivers one leased row and decides what becomes of it.
+    pub(super) async fn attempt(&self, leased: Leased) -> Settled {
+        let Leased {
+            message,
+            requeued_attempts,
+        } = leased;
+        let (id, attempts) = (message.id, message.attempts);
+        let attempt = match self.sink.deliver(message).await {
             Delivery::Delivered => Attempt::Delivered,
             Delivery::Permanent { error } => Attempt::Dead { error },
             Delivery::Retry { error, retry_after } => {
-                let jitter = retry::jitter(message.id, message.attempts);
+                let jitter = retry::jitter(id, attempts);
                 // The budget restarts when a dead row is re-queued.
-                let attempt = message.attempts - message.requeued_attempts;
+                let attempt = attempts - requeued_attempts;
                 match self.settings.retry.next(attempt, retry_after, jitter) {
                     Next::RetryAfter(wait) => Attempt::Retry {
                         after_secs: wait.as_secs_f64(),
@@ -157,34 +171,11 @@ impl Drainer {
                 }
             }
         };
-        let recorded = store::record(
-            &self.pool,
-            message.id,
-            message.attempts,
-            &attempt,
-            self.clock.pinned(),
-        )
-        .await?;
-        let counter = match (&attempt, recorded) {
-            (_, false) => &self.stats.lost_leases,
-            (Attempt::Delivered, true) => &self.stats.delivered,
-            (Attempt::Retry { .. }, true) => &self.stats.retried,
-            (Attempt::Dead { .. }, true) => &self.stats.dead,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        match &attempt {
-            _ if !recorded => {
-                tracing::warn!("lease expired during delivery; the row was taken over")
-            }
-            Attempt::Delivered => tracing::debug!(sink = self.sink.name(), "delivered"),
-            Attempt::Retry { after_secs, error } => {
-                tracing::warn!(sink = self.sink.name(), %error, retry_in_secs = after_secs, "delivery failed")
-            }
-            Attempt::Dead { error } => {
-                tracing::error!(sink = self.sink.name(), %error, "delivery dead-lettered")
-            }
+        Settled {
+            id,
+            attempts,
+            attempt,
         }
-        Ok(Some(attempt))
     }
 
     /// Drains until `shutdown` is cancelled. Then it stops leasing and starting
@@ -194,64 +185,23 @@ impl Drainer {
     /// same `webhook-id`.
     pub async fn run(mut self, shutdown: CancellationToken, grace: Duration) {
         self.stopping = shutdown.clone();
-        let wake = Arc::new(Notify::new());
-        let listener = tokio::spawn(listen(self.pool.clone(), wake.clone(), shutdown.clone()));
-        let mut failures: u32 = 0;
-        loop {
-            let pass = self.drain_once();
-            tokio::pin!(pass);
-            let result = tokio::select! {
-                result = &mut pass => result,
-                () = shutdown.cancelled() => {
-                    if tokio::time::timeout(grace, &mut pass).await.is_err() {
-                        tracing::warn!(?grace, "deliveries outlived the grace period; their leases will expire");
-                    }
-                    break;
-                }
-            };
-            let pause = match result {
-                // A full batch, all of it attempted: more may be due right away.
-                Ok(drained)
-                    if drained.released == 0
-                        && i64::try_from(drained.leased).unwrap_or(i64::MAX)
-                            >= self.settings.batch =>
-                {
-                    failures = 0;
-                    continue;
-                }
-                Ok(drained) if drained.released > 0 && !shutdown.is_cancelled() => {
-                    tracing::warn!(
-                        released = drained.released,
-                        "rows given back unstarted: the lease is too short for the batch; raise \
-                         WEBHOOKD_OUTBOX_LEASE or WEBHOOKD_OUTBOX_CONCURRENCY, or lower WEBHOOKD_OUTBOX_BATCH"
-                    );
-                    failures = 0;
-                    self.settings.poll
-                }
-                Ok(_) => {
-                    failures = 0;
-                    self.settings.poll
-                }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    tracing::warn!(error = %error, "outbox pass failed; backing off");
-                    backoff(failures).min(self.settings.poll.max(Duration::from_secs(1)) * 10)
-                }
-            };
-            tokio::select! {
-                () = wake.notified() => {}
-                () = tokio::time::sleep(pause) => {}
-                () = shutdown.cancelled() => break,
-            }
+        let listener = tokio::spawn(listen(self.pool.clone(), self.waker(), shutdown.clone()));
+        if let Err(error) = Pipeline::new(&self, Mode::Continuous).run(grace).await {
+            tracing::error!(error = %error, "outbox drainer failed");
         }
         listener.abort();
         tracing::info!("outbox drainer stopped");
     }
 }
 
+/// Counts `n` into `counter`.
+pub(super) fn count(counter: &AtomicU64, n: usize) {
+    counter.fetch_add(n as u64, Ordering::Relaxed);
+}
+
 /// Wakes the drainer on every notification of the outbox channel, on a
 /// connection of its own, reconnecting with backoff.
-async fn listen(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
+async fn listen(pool: PgPool, wake: Waker, shutdown: CancellationToken) {
     let mut failures: u32 = 0;
     while !shutdown.is_cancelled() {
         let mut listener = match PgListener::connect_with(&pool).await {
@@ -271,14 +221,12 @@ async fn listen(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
         }
         failures = 0;
         // Rows may have been written while we were not listening.
-        wake.notify_one();
+        wake.wake();
         loop {
             match listener.try_recv().await {
-                Ok(Some(_)) => wake.notify_one(),
+                Ok(Some(_)) => wake.wake(),
                 // The connection dropped: reconnect (and catch up).
-                Ok(None) => {
-                    wake.notify_one();
-                }
+                Ok(None) => wake.wake(),
                 Err(error) => {
                     tracing::warn!(error = %error, "outbox LISTEN connection failed");
                     break;
@@ -293,7 +241,7 @@ async fn listen(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
 pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 /// 0.5 s, 1 s, 2 s, ... up to 30 s.
-fn backoff(failures: u32) -> Duration {
+pub(super) fn backoff(failures: u32) -> Duration {
     Duration::from_millis(500u64.saturating_mul(1 << failures.min(6).saturating_sub(1)))
         .min(Duration::from_secs(30))
 }

@@ -1,13 +1,12 @@
 //! Logs each message (without its payload) and calls it delivered.
 
-use super::Delivery;
-use crate::outbox::store::Leased;
+use super::{Delivery, Message};
 
 #[derive(Debug, Clone, Default)]
 pub struct LogSink;
 
 impl LogSink {
-    pub fn deliver(&self, message: &Leased) -> Delivery {
+    pub fn deliver(&self, message: &Message) -> Delivery {
         tracing::info!(
             outbox_id = message.id,
             topic = %message.topic,

@@ -4,10 +4,28 @@
 
 pub mod http;
 pub mod log;
+pub mod retry_after;
 
 use std::time::Duration;
 
-use crate::outbox::store::Leased;
+/// One leased outbox row, as a sink delivers it.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The outbox id: the `webhook-id`, stable across retries.
+    pub id: i64,
+    pub topic: String,
+    pub provider: String,
+    pub event_id: String,
+    /// The type of the event that wrote the row, while that event is kept.
+    pub event_type: Option<String>,
+    /// The payload as JSON text, as Postgres writes `jsonb` (never parsed
+    /// here: it goes into the request body as it is).
+    pub payload: String,
+    /// This attempt's number.
+    pub attempts: i32,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
 
 /// The result of one delivery attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,7 +37,8 @@ pub enum Delivery {
         error: String,
         retry_after: Option<Duration>,
     },
-    /// Will never succeed as is (any other 4xx): dead-letter now.
+    /// Will never succeed as is (any other 4xx, a body over the sink's
+    /// limit): dead-letter now.
     Permanent {
         error: String,
     },
@@ -32,9 +51,11 @@ pub enum Sink {
 }
 
 impl Sink {
-    pub async fn deliver(&self, message: &Leased) -> Delivery {
+    /// Takes the message by value so that its payload is freed as soon as
+    /// the request body is built.
+    pub async fn deliver(&self, message: Message) -> Delivery {
         match self {
-            Sink::Log(sink) => sink.deliver(message),
+            Sink::Log(sink) => sink.deliver(&message),
             Sink::Http(sink) => sink.deliver(message).await,
         }
     }

@@ -41,7 +41,7 @@ async fn migrations_are_idempotent(pool: PgPool) {
 }
 
 /// The real binary, serving on a free port.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     base: String,
     client: reqwest::Client,
@@ -70,7 +70,7 @@ impl Server {
         Server::start_with(database_url, &[]).await
     }
 
-    async fn start_with(database_url: &str, env: &[(&str, &str)]) -> Server {
+    pub(crate) async fn start_with(database_url: &str, env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
             .envs(env.iter().copied())
@@ -121,7 +121,11 @@ impl Server {
             .send()
     }
 
-    fn signal(&self, signal: &str) {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn signal(&self, signal: &str) {
         let sent = Command::new("kill")
             .args([signal, &self.child.id().to_string()])
             .status()
@@ -130,7 +134,7 @@ impl Server {
     }
 
     /// Waits for the process to exit; its status and everything it logged.
-    async fn wait(mut self) -> (ExitStatus, String) {
+    pub(crate) async fn wait(mut self) -> (ExitStatus, String) {
         tokio::task::spawn_blocking(move || {
             let status = self.child.wait().unwrap();
             let logs = std::mem::take(&mut self.logs)

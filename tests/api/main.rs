@@ -1,6 +1,12 @@
 mod arbitrary;
 mod batch;
 mod batch_mixed;
+mod drain_cli;
+mod drain_memory;
+mod drain_pipeline;
+mod drain_retry;
+mod drain_sink;
+mod drain_unavailable;
 mod fake_razorpay;
 mod fake_stripe;
 mod fuzz;

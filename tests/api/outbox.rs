@@ -2,149 +2,23 @@
 //! delivery's Standard Webhooks signature. Time is injected; queues are
 //! drained explicitly.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use bytes::Bytes;
-use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::config::{OutboxCommand, Secrets};
-use webhookd::outbox::retry::RetryPolicy;
+use webhookd::config::OutboxCommand;
 use webhookd::outbox::store::{self, Attempt};
 use webhookd::outbox::worker::Drained;
 use webhookd::outbox::{Drainer, DrainerSettings};
-use webhookd::providers::Verify;
-use webhookd::providers::standard::StandardVerifier;
 use webhookd::sinks::Sink;
-use webhookd::sinks::http::HttpSink;
 use webhookd::sinks::log::LogSink;
 
+pub(crate) use crate::drain_sink::settings;
+use crate::drain_sink::{TestSink, row, seed};
 use crate::helpers::{now, payment_intent_succeeded, spawn_app};
-
-const SINK_SECRET: &str = "whsec_c2luay1zZWNyZXQtZm9yLXRoZS10ZXN0cw==";
-
-/// One request the sink received.
-#[derive(Debug, Clone)]
-struct Received {
-    webhook_id: String,
-    body: Value,
-    /// The Standard Webhooks signature checked out.
-    verified: bool,
-}
-
-#[derive(Default)]
-struct SinkState {
-    /// Statuses to answer, in order; 200 once they run out.
-    script: Mutex<VecDeque<(u16, Option<&'static str>)>>,
-    received: Mutex<Vec<Received>>,
-    arrived: Notify,
-    /// When set, each request waits for a permit before answering.
-    gate: Mutex<Option<Arc<Semaphore>>>,
-}
-
-/// A user's app: verifies, records, answers as scripted.
-struct TestSink {
-    url: String,
-    state: Arc<SinkState>,
-}
-
-impl TestSink {
-    async fn start() -> TestSink {
-        let state = Arc::new(SinkState::default());
-        let app = axum::Router::new()
-            .route("/hooks", post(receive))
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hooks", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        TestSink { url, state }
-    }
-
-    fn script(&self, statuses: &[(u16, Option<&'static str>)]) {
-        self.state
-            .script
-            .lock()
-            .unwrap()
-            .extend(statuses.iter().copied());
-    }
-
-    fn received(&self) -> Vec<Received> {
-        self.state.received.lock().unwrap().clone()
-    }
-
-    /// Holds every request until the returned semaphore gets permits.
-    fn hold(&self) -> Arc<Semaphore> {
-        let gate = Arc::new(Semaphore::new(0));
-        *self.state.gate.lock().unwrap() = Some(gate.clone());
-        gate
-    }
-
-    /// The `http` sink pointed at this app.
-    fn sink(&self, clock: Clock) -> Sink {
-        let sink = HttpSink::new(&self.url, SINK_SECRET, Duration::from_secs(5), clock).unwrap();
-        Sink::Http(Box::new(sink))
-    }
-
-    fn drainer(&self, pool: PgPool, clock: Clock, max_attempts: i32) -> Drainer {
-        Drainer::new(
-            pool,
-            self.sink(clock.clone()),
-            settings(max_attempts),
-            clock,
-        )
-    }
-}
-
-pub(crate) fn settings(max_attempts: i32) -> DrainerSettings {
-    DrainerSettings {
-        batch: 50,
-        concurrency: 8,
-        lease: Duration::from_secs(30),
-        poll: Duration::from_millis(100),
-        retry: RetryPolicy {
-            max_attempts,
-            cap: Duration::from_secs(3600),
-        },
-    }
-}
-
-async fn receive(State(state): State<Arc<SinkState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let verifier = StandardVerifier::new("sink".into(), &Secrets::new([SINK_SECRET]), 300).unwrap();
-    let signed_at: i64 = headers["webhook-timestamp"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let received = Received {
-        webhook_id: headers["webhook-id"].to_str().unwrap().to_owned(),
-        body: serde_json::from_slice(&body).unwrap(),
-        verified: verifier.verify(&headers, &body, signed_at).is_ok(),
-    };
-    state.received.lock().unwrap().push(received);
-    state.arrived.notify_waiters();
-    let gate = state.gate.lock().unwrap().clone();
-    if let Some(gate) = gate {
-        gate.acquire().await.unwrap().forget();
-    }
-    let next = state.script.lock().unwrap().pop_front();
-    let (status, retry_after) = next.unwrap_or((200, None));
-    let mut response = StatusCode::from_u16(status).unwrap().into_response();
-    if let Some(value) = retry_after {
-        response
-            .headers_mut()
-            .insert("retry-after", value.parse().unwrap());
-    }
-    response
-}
 
 /// The pids of this database's LISTEN connections.
 async fn listeners(pool: &PgPool) -> Vec<i32> {
@@ -178,43 +52,6 @@ fn drainer_without_polling(pool: &PgPool, sink: &TestSink) -> Drainer {
         settings,
         Clock::System,
     )
-}
-
-/// Outbox rows written directly, as the ingest transaction writes them.
-async fn seed(pool: &PgPool, count: i64) -> Vec<i64> {
-    sqlx::query_scalar(
-        "insert into outbox (topic, dedupe_key, provider, event_id, payload)
-         select 'wallet.credited', 'stripe:evt_' || g, 'stripe', 'evt_' || g, jsonb_build_object('n', g)
-         from generate_series(1, $1) g
-         returning id",
-    )
-    .bind(count)
-    .fetch_all(pool)
-    .await
-    .unwrap()
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct Row {
-    attempts: i32,
-    delivered: bool,
-    dead: bool,
-    /// Seconds from `now` until the row is due.
-    due_in: f64,
-    last_error: Option<String>,
-}
-
-async fn row(pool: &PgPool, id: i64, now: i64) -> Row {
-    sqlx::query_as(
-        "select attempts, delivered_at is not null as delivered, dead_at is not null as dead,
-                extract(epoch from available_at - to_timestamp($2))::float8 as due_in, last_error
-         from outbox where id = $1",
-    )
-    .bind(id)
-    .bind(now)
-    .fetch_one(pool)
-    .await
-    .unwrap()
 }
 
 #[sqlx::test]
