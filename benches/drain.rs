@@ -83,6 +83,7 @@ async fn run(options: PgConnectOptions, rows: i64) -> anyhow::Result<()> {
         let settings = DrainerSettings {
             batch,
             batch_bytes: DEFAULT_BATCH_BYTES,
+            ordered: false,
             concurrency,
             lease: Duration::from_secs(60),
             poll: Duration::from_secs(1),

@@ -300,6 +300,14 @@ pub struct ServeSettings {
     pub outbox: OutboxSettings,
 }
 
+/// `WEBHOOKD_OUTBOX_ORDER`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OutboxOrder {
+    #[default]
+    None,
+    Key,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct OutboxSettings {
     /// Deliver outbox rows by POSTing them here (signed, Standard Webhooks).
@@ -334,6 +342,17 @@ pub struct OutboxSettings {
     /// Deliveries in flight at once.
     #[arg(long, env = "WEBHOOKD_OUTBOX_CONCURRENCY", default_value_t = 16)]
     pub outbox_concurrency: usize,
+
+    /// `key`: rows with one ordering key (a wallet, a subscription, a
+    /// payment) are delivered in the order they were written, one at a
+    /// time; other keys are not held back. `none`: any order, fastest.
+    #[arg(
+        long,
+        env = "WEBHOOKD_OUTBOX_ORDER",
+        value_enum,
+        default_value = "none"
+    )]
+    pub outbox_order: OutboxOrder,
 
     /// How long a leased row is hidden from other drainers (above the sink timeout).
     #[arg(long, env = "WEBHOOKD_OUTBOX_LEASE", value_parser = humantime::parse_duration, default_value = "60s")]

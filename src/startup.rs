@@ -288,6 +288,7 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
     let drainer_settings = DrainerSettings {
         batch: outbox.outbox_batch,
         batch_bytes: outbox.outbox_batch_bytes,
+        ordered: outbox.outbox_order == config::OutboxOrder::Key,
         concurrency: outbox.outbox_concurrency,
         lease: outbox.outbox_lease,
         poll: outbox.outbox_poll,

@@ -199,13 +199,16 @@ impl<'d> Pipeline<'d> {
             oversized: held == 0,
         };
         let (pool, clock) = (self.drainer.pool.clone(), self.drainer.clock.clone());
-        let (lease_secs, max_attempts) =
-            (settings.lease.as_secs_f64(), settings.retry.max_attempts);
+        let terms = store::Terms {
+            lease_secs: settings.lease.as_secs_f64(),
+            max_attempts: settings.retry.max_attempts,
+            ordered: settings.ordered,
+        };
         count(&self.drainer.stats.lease_statements, 1);
         self.retry_at = None;
         self.leasing = Some(Box::pin(async move {
             let leased_at = clock.now();
-            let lease = store::lease(&pool, budget, lease_secs, max_attempts, clock.pinned()).await;
+            let lease = store::lease(&pool, budget, terms, clock.pinned()).await;
             LeaseResult {
                 budget,
                 leased_at,

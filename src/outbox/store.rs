@@ -105,7 +105,9 @@ pub async fn invoice_paid_owner(
 
 // The drainer's statements: lease and record.
 mod drain;
-pub use drain::{Abandoned, Attempt, Budget, Lease, Leased, Settled, lease, record, record_many};
+pub use drain::{
+    Abandoned, Attempt, Budget, Lease, Leased, Settled, Terms, lease, record, record_many,
+};
 
 /// One row as `webhookd outbox list` shows it.
 #[derive(Debug, Clone)]

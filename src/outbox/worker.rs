@@ -32,6 +32,10 @@ pub struct DrainerSettings {
     pub batch_bytes: u64,
     /// Deliveries in flight at once.
     pub concurrency: usize,
+    /// Rows of one ordering key are delivered in the order they were
+    /// written: a row is not leased while an older row with its key is
+    /// neither delivered nor dead (`WEBHOOKD_OUTBOX_ORDER=key`).
+    pub ordered: bool,
     /// How long a leased row stays invisible to other drainers; keep it above
     /// the sink's timeout.
     pub lease: Duration,

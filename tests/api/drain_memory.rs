@@ -32,6 +32,7 @@ async fn a_hundred_rows_of_two_mib_are_delivered_holding_no_more_than_the_byte_b
         DrainerSettings {
             batch: 50,
             batch_bytes: bound,
+            ordered: false,
             concurrency: 8,
             ..settings(5)
         },
@@ -73,6 +74,7 @@ async fn a_row_larger_than_the_byte_bound_is_leased_alone(pool: PgPool) {
         pool.clone(),
         DrainerSettings {
             batch_bytes: 1024 * 1024,
+            ordered: false,
             ..settings(5)
         },
     );

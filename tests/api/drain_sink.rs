@@ -137,6 +137,7 @@ pub(crate) fn settings(max_attempts: i32) -> DrainerSettings {
     DrainerSettings {
         batch: 50,
         batch_bytes: 8 * 1024 * 1024,
+        ordered: false,
         concurrency: 8,
         lease: Duration::from_secs(30),
         poll: Duration::from_millis(100),

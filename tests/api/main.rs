@@ -3,6 +3,7 @@ mod batch;
 mod batch_mixed;
 mod drain_cli;
 mod drain_memory;
+mod drain_order;
 mod drain_pipeline;
 mod drain_retry;
 mod drain_sink;

@@ -49,6 +49,15 @@ pub struct Budget {
     pub oversized: bool,
 }
 
+/// How rows are leased, whatever the budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Terms {
+    pub lease_secs: f64,
+    pub max_attempts: i32,
+    /// Only the oldest undelivered row of each ordering key is due.
+    pub ordered: bool,
+}
+
 /// Leases due rows for `lease_secs`, oldest first, within `budget`: one
 /// statement picks them with `for update skip locked`, bumps `attempts`,
 /// sets `locked_until`, and commits. A row whose budget of `max_attempts`
@@ -57,10 +66,14 @@ pub struct Budget {
 pub async fn lease(
     pool: &PgPool,
     budget: Budget,
-    lease_secs: f64,
-    max_attempts: i32,
+    terms: Terms,
     now: Option<f64>,
 ) -> Result<Lease, sqlx::Error> {
+    let Terms {
+        lease_secs,
+        max_attempts,
+        ordered,
+    } = terms;
     let rows = sqlx::query_as!(
         LeaseRow,
         r#"
@@ -73,6 +86,11 @@ pub async fn lease(
             where o.delivered_at is null and o.dead_at is null
               and o.available_at <= clock.now
               and (o.locked_until is null or o.locked_until <= clock.now)
+              -- Ordered: only the oldest undelivered row of its key.
+              and (not $7 or o.ordering_key is null or not exists (
+                  select 1 from outbox older
+                  where older.ordering_key = o.ordering_key and older.id < o.id
+                    and older.delivered_at is null and older.dead_at is null))
             order by o.available_at, o.id
             limit $1
             for update of o skip locked
@@ -127,6 +145,7 @@ pub async fn lease(
         budget.bytes,
         max_attempts,
         budget.oversized,
+        ordered,
     )
     .fetch_all(pool)
     .await?;
