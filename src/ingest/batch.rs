@@ -41,7 +41,9 @@ use crate::{db, effects, ledger, telemetry};
 pub struct BatchSettings {
     /// Most events per batch (at least 1).
     pub max_events: usize,
-    /// Most batches in flight (at least 1), each holding one connection.
+    /// Most batches running their statements at once (at least 1), each
+    /// holding one connection; a batch waiting for its commit's flush no
+    /// longer counts, so the next one overlaps it.
     pub concurrency: usize,
 }
 
@@ -152,7 +154,11 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
         let reply = replies[i].lock().expect("never poisoned");
         reply.as_ref().is_some_and(|reply| !reply.is_closed())
     };
-    match try_batch(&batches.pool, &events, wanted, &batches.wake).await {
+    // The next batch starts as soon as this one's statements are done: its
+    // commit's WAL flush then overlaps the next batch's work.
+    let executor = Mutex::new(executor);
+    let release = || drop(executor.lock().expect("never poisoned").take());
+    match batch_releasing(&batches.pool, &events, wanted, &batches.wake, &release).await {
         Ok(answers) => {
             for (reply, answer) in replies.into_iter().zip(answers) {
                 if let Some(reply) = reply.into_inner().expect("never poisoned") {
@@ -164,7 +170,7 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
         Err(error) => {
             // The next batch need not wait for these (one may wait on a
             // lock for as long as the statement timeout).
-            drop(executor);
+            release();
             stats.fallbacks.fetch_add(1, Ordering::Relaxed);
             let replies = replies
                 .into_iter()
@@ -298,11 +304,24 @@ pub async fn try_batch(
     wanted: impl Fn(usize) -> bool,
     wake: &Wake,
 ) -> Result<Vec<Answer>, Arc<sqlx::Error>> {
+    batch_releasing(pool, events, wanted, wake, &|| {}).await
+}
+
+/// [`try_batch`], calling `committing` as the commit is sent.
+async fn batch_releasing(
+    pool: &PgPool,
+    events: &[VerifiedEvent],
+    wanted: impl Fn(usize) -> bool,
+    wake: &Wake,
+    committing: &(dyn Fn() + Sync),
+) -> Result<Vec<Answer>, Arc<sqlx::Error>> {
     loop {
         let live: Vec<usize> = (0..events.len()).filter(|&i| wanted(i)).collect();
         let batch: Vec<&VerifiedEvent> = live.iter().map(|&i| &events[i]).collect();
         let all_wanted = || live.iter().all(|&i| wanted(i));
-        match engine::commit(pool, &batch, engine::BEGIN_BATCH, wake, all_wanted).await {
+        let committed =
+            engine::commit(pool, &batch, engine::BEGIN_BATCH, wake, all_wanted, committing);
+        match committed.await {
             Ok(Some(outcomes)) => {
                 let mut answers: Vec<Answer> = events.iter().map(|_| abandoned()).collect();
                 for (i, outcome) in live.into_iter().zip(outcomes) {

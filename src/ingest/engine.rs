@@ -51,13 +51,16 @@ pub enum Wake {
 /// event's outcome, in order: `duplicate` for an event recorded before and
 /// for a later copy of one in `events`. Returns `None` after rolling back,
 /// without committing anything, when `all_wanted()` turned false (a request
-/// gave up). Any error rolls everything back.
+/// gave up). Any error rolls everything back. `committing()` runs once the
+/// statements are done, as the commit is sent (the next batch may start
+/// while this one waits for its WAL flush).
 pub(super) async fn commit(
     pool: &PgPool,
     events: &[&VerifiedEvent],
     begin: &'static str,
     wake: &Wake,
     all_wanted: impl Fn() -> bool,
+    committing: impl FnOnce(),
 ) -> Result<Option<Vec<Outcome>>, sqlx::Error> {
     let mut outcomes = vec![Outcome::Duplicate; events.len()];
     if events.is_empty() {
@@ -99,6 +102,7 @@ pub(super) async fn commit(
         tx.rollback().await?;
         return Ok(None);
     }
+    committing();
     tx.commit().await?;
     if let Wake::InProcess(drainer) = wake {
         drainer.wake();

@@ -72,7 +72,7 @@ async fn ingest_waking(
     event: &VerifiedEvent,
     wake: &Wake,
 ) -> Result<Receipt, sqlx::Error> {
-    let applied = engine::commit(pool, &[event], engine::BEGIN_ONE, wake, || true).await;
+    let applied = engine::commit(pool, &[event], engine::BEGIN_ONE, wake, || true, || {}).await;
     match applied {
         Ok(outcomes) => {
             let outcome = outcomes
