@@ -185,10 +185,16 @@ pub async fn lock_wallets(
                     select key from unnest($1::text[]) as key
                     union
                     -- the key of wallet_key
+                    -- One natural-key lookup per credit, whatever the
+                    -- statistics say about the table.
                     select 'wallet:' || e.user_id || ':' || e.currency
                     from unnest($2::text[], $3::text[]) as credit (provider, source_ref)
-                    join wallet_entries e on e.provider = credit.provider and e.kind = 'credit'
-                        and e.source_ref = credit.source_ref
+                    cross join lateral (
+                        select user_id, currency from wallet_entries w
+                        where w.provider = credit.provider and w.kind = 'credit'
+                          and w.source_ref = credit.source_ref
+                        limit 1  -- never flattened into a join
+                    ) as e
                 ) as keys
                 order by hash
             ) as sorted
