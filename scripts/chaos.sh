@@ -40,15 +40,7 @@ trap cleanup EXIT
 unset DATABASE_URL
 start_cluster "$scratch/data" max_connections=300
 admin_url=$DATABASE_URL
-if [ -n "${WEBHOOKD_BIN:-}" ]; then
-    [ -x "$WEBHOOKD_BIN" ] || die "WEBHOOKD_BIN=$WEBHOOKD_BIN is not an executable"
-    binary=$WEBHOOKD_BIN
-else
-    require_cargo
-    log "building (release)"
-    SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
-    binary=target/release/webhookd
-fi
+release_binary
 secret=whsec_chaos_endpoint
 sink_secret=whsec_Y2hhb3Mtc2luay1zaWduaW5nLWtleQ==
 failures=0

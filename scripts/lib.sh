@@ -136,6 +136,12 @@ bench_setup() {
     PG_BINDIR=$(pg_bindir)
     if [ -z "${DATABASE_URL:-}" ]; then start_cluster "$scratch/data" "$@"; fi
     db_url=$(bench_database "$BENCH_DB")
+    release_binary
+    DATABASE_URL=$db_url "$binary" migrate
+}
+
+# Sets $binary: WEBHOOKD_BIN when given, else a release build.
+release_binary() {
     if [ -n "${WEBHOOKD_BIN:-}" ]; then
         [ -x "$WEBHOOKD_BIN" ] || die "WEBHOOKD_BIN=$WEBHOOKD_BIN is not an executable"
         binary=$WEBHOOKD_BIN
@@ -145,7 +151,6 @@ bench_setup() {
         SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
         binary=${CARGO_TARGET_DIR:-target}/release/webhookd
     fi
-    DATABASE_URL=$db_url "$binary" migrate
 }
 
 bench_cleanup() {

@@ -319,8 +319,14 @@ async fn batch_releasing(
         let live: Vec<usize> = (0..events.len()).filter(|&i| wanted(i)).collect();
         let batch: Vec<&VerifiedEvent> = live.iter().map(|&i| &events[i]).collect();
         let all_wanted = || live.iter().all(|&i| wanted(i));
-        let committed =
-            engine::commit(pool, &batch, engine::BEGIN_BATCH, wake, all_wanted, committing);
+        let committed = engine::commit(
+            pool,
+            &batch,
+            engine::BEGIN_BATCH,
+            wake,
+            all_wanted,
+            committing,
+        );
         match committed.await {
             Ok(Some(outcomes)) => {
                 let mut answers: Vec<Answer> = events.iter().map(|_| abandoned()).collect();

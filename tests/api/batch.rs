@@ -14,7 +14,7 @@ use webhookd::ingest::Wake;
 use webhookd::ingest::batch::{self, Answer};
 use webhookd::providers::{self, VerifiedEvent};
 
-use crate::helpers::{charge, payment_intent_succeeded, spawn_app};
+use crate::helpers::{charge, payment_intent_succeeded, spawn_app, until_waiting_on_locks};
 
 fn credit(event_id: &str, intent: &str, user_id: &str, amount: i64) -> VerifiedEvent {
     let body = payment_intent_succeeded(event_id, intent, user_id, amount);
@@ -96,24 +96,6 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
     assert_eq!(outcomes(&again), [Duplicate, Duplicate, Duplicate]);
     assert_eq!(app.balance("user_b", "USD").await, Some(300));
     app.assert_consistent().await;
-}
-
-/// Waits (bounded) until `count` sessions of this database wait on a lock.
-async fn until_waiting_on_locks(pool: &PgPool, count: i64) {
-    for _ in 0..1000 {
-        let waiting: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity
-             where datname = current_database() and wait_event_type = 'Lock'",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting >= count {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    panic!("{count} sessions never waited on a lock");
 }
 
 #[sqlx::test]

@@ -12,6 +12,7 @@ use webhookd::providers::{self, VerifiedEvent};
 
 use crate::helpers::{
     TestApp, charge, invoice_paid, now, payment_intent_succeeded, spawn_app, subscription,
+    until_waiting_on_locks,
 };
 
 fn stripe(event_id: &str, event_type: &str, body: String) -> VerifiedEvent {
@@ -223,24 +224,6 @@ async fn copies_of_a_mixed_batch_in_one_batch_and_in_later_ones_are_duplicates(p
     assert!(outcomes(&again).iter().all(|o| *o == Outcome::Duplicate));
     assert_eq!(contents(&app).await, before);
     app.assert_consistent().await;
-}
-
-/// Waits (bounded) until `count` sessions of this database wait on a lock.
-async fn until_waiting_on_locks(pool: &PgPool, count: i64) {
-    for _ in 0..1000 {
-        let waiting: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity
-             where datname = current_database() and wait_event_type = 'Lock'",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting >= count {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    panic!("{count} sessions never waited on a lock");
 }
 
 #[sqlx::test]

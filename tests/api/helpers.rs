@@ -374,3 +374,21 @@ pub fn invoice_paid(event_id: &str, invoice: &str) -> String {
 pub fn event_of_type(event_id: &str, event_type: &str, object: Value) -> String {
     envelope(event_id, event_type, now(), object)
 }
+
+/// Waits (bounded) until `count` sessions of this database wait on a lock.
+pub async fn until_waiting_on_locks(pool: &PgPool, count: i64) {
+    for _ in 0..1000 {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting >= count {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    panic!("{count} sessions never waited on a lock");
+}

@@ -25,7 +25,7 @@ pub(crate) fn database_url(pool: &PgPool) -> String {
     )
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

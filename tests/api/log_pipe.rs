@@ -9,17 +9,9 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use sqlx::PgPool;
 
-use crate::lifecycle::database_url;
+use crate::lifecycle::{database_url, free_port};
 
 const GRACE: &str = "5s";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A server process, killed if the test fails before it stopped.
 struct Running(Option<Child>);
