@@ -16,7 +16,7 @@ async fn main() -> ExitCode {
         Some(_) => telemetry::LogTo::Stderr,
     };
     telemetry::init(cli.log_format, to);
-    match run(cli).await {
+    let code = match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         // Whoever read the answer stopped reading (`| head`): nothing to say.
         Err(error) if closed_output(&error) => ExitCode::SUCCESS,
@@ -26,7 +26,10 @@ async fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "webhookd: {error:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // The last lines (`stopped`, the error), unless the output is stalled.
+    telemetry::flush(std::time::Duration::from_secs(1));
+    code
 }
 
 /// Whether `error` is a write to an output nobody reads any more.

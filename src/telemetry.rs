@@ -4,10 +4,13 @@
 
 use std::borrow::Cow;
 use std::io::Write;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 const DEFAULT_FILTER: &str = "info,sqlx=warn";
 
@@ -25,12 +28,17 @@ pub enum LogTo {
     Stderr,
 }
 
-/// Installs the subscriber. Lines go through [`LogPipe`]: writing one never
-/// blocks and never panics, whatever became of the output.
+/// Installs the subscriber. Writing a log line never panics, whatever became
+/// of the output: the service's lines go through [`LogPipe`] and never
+/// block it; a command's go straight to stderr ([`Quiet`]), in order with
+/// what it prints.
 pub fn init(format: LogFormat, to: LogTo) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let writer = LogPipe::start(to);
+    let writer = match to {
+        LogTo::Stdout => BoxMakeWriter::new(LogPipe::start()),
+        LogTo::Stderr => BoxMakeWriter::new(|| Quiet(std::io::stderr())),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
@@ -52,29 +60,51 @@ pub fn log_lines_dropped() -> u64 {
     DROPPED.load(Ordering::Relaxed)
 }
 
+/// Waits at most `limit` for the queued lines of the service to be written
+/// (at exit: a stalled output must not hold the process).
+pub fn flush(limit: Duration) {
+    let Some(lines) = PIPE.get() else {
+        return;
+    };
+    let (done, flushed) = std::sync::mpsc::channel();
+    if lines.try_send(Queued::Flush(done)).is_ok() {
+        let _ = flushed.recv_timeout(limit);
+    }
+}
+
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// The service's queue, for [`flush`].
+static PIPE: OnceLock<SyncSender<Queued>> = OnceLock::new();
 
 /// Lines queued for the output at most; a line past that is dropped.
 const QUEUED_LINES: usize = 4096;
 
-/// The log output behind a queue: each line is handed to a thread of its own
-/// that writes it out, so a full pipe (a reader that stopped reading) blocks
-/// only that thread and a closed one (`| head`, a collector that went away)
-/// fails only its writes. Lines the queue cannot take are dropped and
-/// counted ([`log_lines_dropped`]); nothing the service does waits for its
-/// logs.
+enum Queued {
+    Line(Vec<u8>),
+    /// Answered once every line queued before it was written.
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// The service's log output behind a queue: each line is handed to a thread
+/// of its own that writes it to stdout, so a full pipe (a reader that
+/// stopped reading) blocks only that thread and a closed one (`| head`, a
+/// collector that went away) fails only its writes. Lines the queue cannot
+/// take are dropped and counted ([`log_lines_dropped`]); nothing the service
+/// does waits for its logs.
 #[derive(Clone)]
 struct LogPipe {
-    lines: SyncSender<Vec<u8>>,
+    lines: SyncSender<Queued>,
 }
 
 impl LogPipe {
-    fn start(to: LogTo) -> Self {
-        let (lines, queued) = sync_channel::<Vec<u8>>(QUEUED_LINES);
+    fn start() -> Self {
+        let (lines, queued) = sync_channel::<Queued>(QUEUED_LINES);
         // Without its thread every line is dropped (and counted).
         let _ = std::thread::Builder::new()
             .name("log-writer".into())
-            .spawn(move || write_out(to, &queued));
+            .spawn(move || write_out(&queued));
+        let _ = PIPE.set(lines.clone());
         LogPipe { lines }
     }
 }
@@ -82,15 +112,18 @@ impl LogPipe {
 /// Writes queued lines until every sender is gone. A line whose write fails
 /// (a closed output) is dropped and counted; the next one is tried all the
 /// same.
-fn write_out(to: LogTo, queued: &Receiver<Vec<u8>>) {
-    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-    for line in queued {
-        let written = match to {
-            LogTo::Stdout => stdout.write_all(&line).and_then(|()| stdout.flush()),
-            LogTo::Stderr => stderr.write_all(&line).and_then(|()| stderr.flush()),
-        };
-        if written.is_err() {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
+fn write_out(queued: &Receiver<Queued>) {
+    let mut stdout = std::io::stdout();
+    for item in queued {
+        match item {
+            Queued::Line(line) => {
+                if stdout.write_all(&line).and_then(|()| stdout.flush()).is_err() {
+                    DROPPED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Queued::Flush(done) => {
+                let _ = done.send(());
+            }
         }
     }
 }
@@ -98,7 +131,7 @@ fn write_out(to: LogTo, queued: &Receiver<Vec<u8>>) {
 /// One log line being formatted; queued when the formatter is done with it.
 struct Line {
     bytes: Vec<u8>,
-    lines: SyncSender<Vec<u8>>,
+    lines: SyncSender<Queued>,
 }
 
 impl Write for Line {
@@ -117,7 +150,7 @@ impl Drop for Line {
         if self.bytes.is_empty() {
             return;
         }
-        let line = std::mem::take(&mut self.bytes);
+        let line = Queued::Line(std::mem::take(&mut self.bytes));
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
             self.lines.try_send(line)
         {
@@ -134,6 +167,25 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogPipe {
             bytes: Vec::with_capacity(256),
             lines: self.lines.clone(),
         }
+    }
+}
+
+/// A writer whose failures are dropped lines, never errors: the formatter
+/// reports a failed write on stderr with a macro that panics when stderr is
+/// closed.
+struct Quiet<W>(W);
+
+impl<W: Write> Write for Quiet<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.write_all(buf).is_err() {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = self.0.flush();
+        Ok(())
     }
 }
 
