@@ -117,7 +117,11 @@ fn write_out(queued: &Receiver<Queued>) {
     for item in queued {
         match item {
             Queued::Line(line) => {
-                if stdout.write_all(&line).and_then(|()| stdout.flush()).is_err() {
+                if stdout
+                    .write_all(&line)
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
                     DROPPED.fetch_add(1, Ordering::Relaxed);
                 }
             }
