@@ -1,4 +1,3 @@
-use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -16,29 +15,10 @@ async fn main() -> ExitCode {
         Some(_) => telemetry::LogTo::Stderr,
     };
     telemetry::init(cli.log_format, to);
-    let code = match run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
-        // Whoever read the answer stopped reading (`| head`): nothing to say.
-        Err(error) if closed_output(&error) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = ?error, "webhookd failed");
-            // Never a printing macro: they panic when stderr is closed.
-            let _ = writeln!(std::io::stderr(), "webhookd: {error:#}");
-            ExitCode::FAILURE
-        }
-    };
+    let code = webhookd::cli::exit_code(run(cli).await);
     // The last lines (`stopped`, the error), unless the output is stalled.
     telemetry::flush(std::time::Duration::from_secs(1));
     code
-}
-
-/// Whether `error` is a write to an output nobody reads any more.
-fn closed_output(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

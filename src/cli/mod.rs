@@ -90,6 +90,30 @@ pub async fn healthcheck(url: &str, out: &mut impl Write) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The exit status of a command (or of `serve`), after saying what failed
+/// on stderr. Never a printing macro: they panic when stderr is closed.
+pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // Whoever read the answer stopped reading (`| head`): nothing to say.
+        Err(error) if closed_output(&error) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = ?error, "webhookd failed");
+            let _ = writeln!(std::io::stderr(), "webhookd: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether `error` is a write to an output nobody reads any more.
+fn closed_output(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
