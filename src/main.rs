@@ -57,7 +57,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Events(command)) => webhookd::cli::events::run(&pool, &command, out).await,
         Some(Command::Explain { subject }) => {
             let found = webhookd::cli::explain::run(&pool, &subject, out).await?;
-            anyhow::ensure!(found, "nothing found for {subject}");
+            anyhow::ensure!(found, "nothing found for {}", webhookd::cli::id(&subject));
             Ok(())
         }
         Some(Command::Reconcile(args)) => {

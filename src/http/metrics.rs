@@ -233,6 +233,7 @@ impl Metrics {
                     "webhookd_outbox_deliveries_total{{result=\"{result}\"}} {n}"
                 );
             }
+            render_drainer(&mut out, stats);
         }
         if let Some(depth) = depth {
             for (name, help, value) in [
@@ -305,4 +306,46 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
     let response = next.run(request).await;
     state.metrics.request(&route, response.status().as_u16());
     response
+}
+
+/// The drainer's statements and memory (this process).
+fn render_drainer(out: &mut String, stats: &DrainerStats) {
+    for (name, kind, help, counter) in [
+        (
+            "webhookd_outbox_abandoned_total",
+            "counter",
+            "Rows dead-lettered at lease: their last attempt never reported back.",
+            &stats.abandoned,
+        ),
+        (
+            "webhookd_outbox_lease_statements_total",
+            "counter",
+            "Lease statements the drainer ran.",
+            &stats.lease_statements,
+        ),
+        (
+            "webhookd_outbox_record_statements_total",
+            "counter",
+            "Statements that recorded delivery outcomes, each of many rows.",
+            &stats.record_statements,
+        ),
+        (
+            "webhookd_outbox_held_bytes",
+            "gauge",
+            "Payload bytes leased and not yet settled.",
+            &stats.held_bytes,
+        ),
+        (
+            "webhookd_outbox_peak_held_bytes",
+            "gauge",
+            "The most payload bytes held at once since start.",
+            &stats.peak_held_bytes,
+        ),
+    ] {
+        let n = counter.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {n}"
+        );
+    }
 }

@@ -130,10 +130,19 @@ async fn sigterm_stops_the_server_after_its_log_output_closed(pool: PgPool) {
     let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), StatusCode::OK);
     let metrics = client.get(format!("{base}/metrics")).send().await.unwrap();
-    assert!(
-        dropped(&metrics.text().await.unwrap()) > 0,
-        "lines were logged after the close"
-    );
+    let metrics = metrics.text().await.unwrap();
+    assert!(dropped(&metrics) > 0, "lines were logged after the close");
+    // The drainer of this process reports its statements and memory.
+    for name in [
+        "webhookd_outbox_lease_statements_total",
+        "webhookd_outbox_record_statements_total",
+        "webhookd_outbox_abandoned_total",
+        "webhookd_outbox_held_bytes",
+        "webhookd_outbox_peak_held_bytes",
+    ] {
+        let exported = metrics.lines().any(|l| l.starts_with(&format!("{name} ")));
+        assert!(exported, "{name}");
+    }
     let status = terminate(child).await;
     assert!(status.success(), "{status:?}");
 }
