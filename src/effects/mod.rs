@@ -1,6 +1,7 @@
 //! Which event does what (the README's effects tables), one module per
 //! provider. Effects run inside the ingest transaction and take
-//! `&mut PgConnection`; they never open, commit or roll back a transaction.
+//! `&mut PgConnection`; they never open, commit or roll back a transaction,
+//! and never lock: they run with their [`plan`]'s locks held.
 
 mod currency;
 mod money;

@@ -1,6 +1,8 @@
-//! THE transaction: claim the event id, apply its effects, write its outbox
-//! rows, record its outcome, commit. Either all of it commits or none of it
-//! does, so a failed delivery leaves nothing behind and its retry starts clean.
+//! THE transaction: claim the event ids, apply their effects, write their
+//! outbox rows, record their outcomes, commit ([`engine`]), for the events
+//! that arrive together ([`batch`]) or for one. Either all of it commits or
+//! none of it does, so a failed delivery leaves nothing behind and its retry
+//! starts clean.
 
 pub mod batch;
 mod engine;
