@@ -1,7 +1,6 @@
 //! Command line and environment configuration (12-factor: every flag also
 //! reads an environment variable). Validated once, at start-up.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,11 +9,17 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub use crate::telemetry::LogFormat;
 
+mod commands;
 mod connections;
 mod drill;
+mod outbox;
+mod sources;
 mod sweep;
+pub use commands::{EventsCommand, OutboxCommand, PruneArgs, RetentionArgs, SendArgs};
 pub use connections::ConnectionSettings;
 pub use drill::DrillArgs;
+pub use outbox::{OutboxOrder, OutboxSettings};
+pub use sources::{Secrets, SourceScheme, SourceSettings, parse_secrets, sources_from_env};
 pub use sweep::{
     Against, ImportArgs, ImportSource, PeriodicSweepArgs, RazorpayApiArgs, RazorpaySweepArgs,
     ReconcileArgs, StripeApiArgs, StripeSweepArgs, SweepCommand,
@@ -80,97 +85,6 @@ pub enum Command {
             hide = true
         )]
         listen: SocketAddr,
-    },
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct RetentionArgs {
-    /// How long events and delivered outbox rows are kept, in days.
-    #[arg(long, env = "WEBHOOKD_RETENTION_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
-    pub retention_days: u32,
-}
-
-impl RetentionArgs {
-    pub fn window(&self) -> Duration {
-        Duration::from_secs(u64::from(self.retention_days) * 86_400)
-    }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct PruneArgs {
-    /// Age past which rows go (e.g. `30d`, `12h`); defaults to the retention.
-    /// `reconcile` expects entries' events for the whole retention: prune
-    /// sooner only with a matching WEBHOOKD_RETENTION_DAYS.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub older_than: Option<Duration>,
-    /// Rows deleted per statement.
-    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
-    pub batch: i64,
-    #[command(flatten)]
-    pub retention: RetentionArgs,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum EventsCommand {
-    /// The newest events first.
-    List {
-        /// Only this provider's (or source's).
-        #[arg(long)]
-        provider: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: i64,
-    },
-    /// One event: outcome, detail and the verified payload.
-    Show { provider: String, event_id: String },
-    /// Re-run a stored event's effects through the same idempotent path.
-    Replay { provider: String, event_id: String },
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct SendArgs {
-    /// `stripe` or `razorpay`.
-    pub provider: String,
-    /// e.g. payment_intent.succeeded, charge.refunded, invoice.paid,
-    /// customer.subscription.updated; payment.captured, refund.processed.
-    pub event_type: String,
-    /// The wallet owner (`metadata.user_id` / `notes.user_id`).
-    #[arg(long, default_value = "user_123")]
-    pub user: String,
-    /// Amount in the currency's minor unit.
-    #[arg(long, default_value_t = 2000)]
-    pub amount: i64,
-    /// The payment the event is about (default: a fresh id); a refund names
-    /// the payment it refunds.
-    #[arg(long)]
-    pub payment: Option<String>,
-    /// Base URL of the running webhookd.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub url: String,
-    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
-    pub stripe_webhook_secret: Secrets,
-    #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
-    pub razorpay_webhook_secret: Secrets,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum OutboxCommand {
-    /// List rows not delivered yet (pending, leased or dead), oldest first.
-    List {
-        /// Only dead-lettered rows.
-        #[arg(long)]
-        dead: bool,
-        /// Most rows to show.
-        #[arg(long, default_value_t = 100)]
-        limit: i64,
-    },
-    /// Re-queue a dead-lettered row (or all of them) for a fresh set of attempts.
-    Retry {
-        /// The outbox id (its `webhook-id`).
-        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
-        id: Option<i64>,
-        /// Every dead-lettered row.
-        #[arg(long)]
-        all_dead: bool,
     },
 }
 
@@ -300,77 +214,6 @@ pub struct ServeSettings {
     pub outbox: OutboxSettings,
 }
 
-/// `WEBHOOKD_OUTBOX_ORDER`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum OutboxOrder {
-    #[default]
-    None,
-    Key,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct OutboxSettings {
-    /// Deliver outbox rows by POSTing them here (signed, Standard Webhooks).
-    /// Unset: the `log` sink, which only logs them.
-    #[arg(long, env = "WEBHOOKD_SINK_URL", hide_env_values = true)]
-    pub sink_url: Option<SecretString>,
-
-    /// The `whsec_...` secret the receiving app verifies deliveries with.
-    #[arg(long, env = "WEBHOOKD_SINK_SECRET", hide_env_values = true)]
-    pub sink_secret: Option<SecretString>,
-
-    /// Longest a delivery may take.
-    #[arg(long, env = "WEBHOOKD_SINK_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
-    pub sink_timeout: Duration,
-
-    /// Largest request body the http sink sends; a row whose body is larger
-    /// is dead-lettered unsent.
-    #[arg(long, env = "WEBHOOKD_SINK_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub sink_max_body_bytes: u64,
-
-    /// Rows leased per statement, and most rows a drainer holds at once.
-    #[arg(long, env = "WEBHOOKD_OUTBOX_BATCH", default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=10_000))]
-    pub outbox_batch: i64,
-
-    /// Most payload bytes a drainer holds at once (a larger row is leased
-    /// alone): bounds its memory, whatever the size of the rows.
-    #[arg(long, env = "WEBHOOKD_OUTBOX_BATCH_BYTES", default_value_t = 8 * 1024 * 1024,
-          value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
-    pub outbox_batch_bytes: u64,
-
-    /// Deliveries in flight at once.
-    #[arg(long, env = "WEBHOOKD_OUTBOX_CONCURRENCY", default_value_t = 16)]
-    pub outbox_concurrency: usize,
-
-    /// `key`: rows with one ordering key (a wallet, a subscription, a
-    /// payment) are delivered in the order they were written, one at a
-    /// time; other keys are not held back. `none`: any order, fastest.
-    #[arg(
-        long,
-        env = "WEBHOOKD_OUTBOX_ORDER",
-        value_enum,
-        default_value = "none"
-    )]
-    pub outbox_order: OutboxOrder,
-
-    /// How long a leased row is hidden from other drainers (above the sink timeout).
-    #[arg(long, env = "WEBHOOKD_OUTBOX_LEASE", value_parser = humantime::parse_duration, default_value = "60s")]
-    pub outbox_lease: Duration,
-
-    /// Fallback poll interval, besides LISTEN/NOTIFY.
-    #[arg(long, env = "WEBHOOKD_OUTBOX_POLL", value_parser = humantime::parse_duration, default_value = "5s")]
-    pub outbox_poll: Duration,
-
-    /// Attempts before a row is dead-lettered.
-    #[arg(long, env = "WEBHOOKD_OUTBOX_MAX_ATTEMPTS", default_value_t = 20, value_parser = clap::value_parser!(i32).range(1..))]
-    pub outbox_max_attempts: i32,
-
-    /// Longest wait between two attempts (also bounds a sink's Retry-After).
-    #[arg(long, env = "WEBHOOKD_OUTBOX_BACKOFF_CAP", value_parser = humantime::parse_duration, default_value = "1h")]
-    pub outbox_backoff_cap: Duration,
-}
-
 impl Default for ServeSettings {
     fn default() -> Self {
         // The same defaults as the command line, so `webhookd` alone means `webhookd serve`.
@@ -381,115 +224,6 @@ impl Default for ServeSettings {
         }
         Only::parse_from(["webhookd"]).serve
     }
-}
-
-/// A generic source mounted at `POST /webhooks/<name>`.
-#[derive(Debug, Clone)]
-pub struct SourceSettings {
-    /// Lower case; the `provider` column of its events.
-    pub name: String,
-    pub scheme: SourceScheme,
-    pub secrets: Secrets,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SourceScheme {
-    StandardWebhooks,
-    Github,
-    Shopify,
-}
-
-/// Names that belong to the built-in providers.
-const RESERVED_SOURCE_NAMES: [&str; 2] = ["stripe", "razorpay"];
-
-/// Reads every `WEBHOOKD_SOURCE_<NAME>_SCHEME` (with its
-/// `WEBHOOKD_SOURCE_<NAME>_SECRET`) from `vars`, sorted by name. A scheme
-/// without a secret, an unknown scheme or a reserved name is an error: a
-/// source is never mounted half-configured.
-pub fn sources_from_env(
-    vars: impl IntoIterator<Item = (String, String)>,
-) -> anyhow::Result<Vec<SourceSettings>> {
-    let vars: std::collections::BTreeMap<String, String> = vars.into_iter().collect();
-    let mut sources = Vec::new();
-    for (key, scheme) in &vars {
-        let Some(upper) = key
-            .strip_prefix("WEBHOOKD_SOURCE_")
-            .and_then(|rest| rest.strip_suffix("_SCHEME"))
-        else {
-            continue;
-        };
-        if upper.is_empty()
-            || !upper
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        {
-            anyhow::bail!("{key}: a source name is upper-case letters, digits and underscores");
-        }
-        let name = upper.to_ascii_lowercase();
-        if RESERVED_SOURCE_NAMES.contains(&name.as_str()) {
-            anyhow::bail!("{key}: `{name}` is a built-in provider, not a generic source");
-        }
-        let scheme = SourceScheme::from_str(scheme.trim(), true).map_err(|_| {
-            anyhow::anyhow!("{key}: unknown scheme; expected standard-webhooks, github or shopify")
-        })?;
-        let secret_key = format!("WEBHOOKD_SOURCE_{upper}_SECRET");
-        let secrets = parse_secrets(vars.get(&secret_key).map_or("", String::as_str))
-            .map_err(anyhow::Error::msg)?;
-        if secrets.is_empty() {
-            anyhow::bail!(
-                "{key} is set but {secret_key} is not: a source is never accepted unverified"
-            );
-        }
-        sources.push(SourceSettings {
-            name,
-            scheme,
-            secrets,
-        });
-    }
-    Ok(sources)
-}
-
-/// A list of signing secrets. Debug output never shows them.
-#[derive(Clone, Default)]
-pub struct Secrets(Vec<SecretString>);
-
-impl Secrets {
-    pub fn new<I, S>(secrets: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Secrets(
-            secrets
-                .into_iter()
-                .map(|s| SecretString::from(s.into()))
-                .collect(),
-        )
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &SecretString> {
-        self.0.iter()
-    }
-}
-
-impl fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secrets([{} redacted])", self.0.len())
-    }
-}
-
-/// Comma-separated secrets; blanks around each are trimmed, empty items dropped.
-pub fn parse_secrets(raw: &str) -> Result<Secrets, String> {
-    Ok(Secrets::new(
-        raw.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned),
-    ))
 }
 
 #[cfg(test)]
