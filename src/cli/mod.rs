@@ -1,6 +1,7 @@
 //! Operator commands. They call the same library entry points as the server
 //! and write to the given output, so tests can read what they print.
 
+pub mod dispatch;
 pub mod drill;
 pub mod events;
 pub mod explain;
