@@ -31,6 +31,10 @@ pub struct Plan {
     /// Crediting is all it does: it may share statements with other credits
     /// ([`super::apply_credits`]).
     pub credit: Option<PlainCredit>,
+    /// Its credit is a Razorpay capture's: the payment row is recorded
+    /// first, and a payment stored with another amount or currency rejects
+    /// the event instead of crediting it.
+    pub records_payment: bool,
 }
 
 impl Plan {

@@ -16,7 +16,7 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::money::{self, Credit, Debit, Found};
+use super::money::{self, Credit, Debit, Found, PlainCredit};
 use super::plan::{Plan, credit_key, subscription_key};
 use super::{Applied, Reason, currency_at, loose_ident_at, owner_at, required_ident, unix_at};
 use crate::ledger::{self, EntryKind};
@@ -41,23 +41,23 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
 pub(super) fn plan(event: &VerifiedEvent) -> Plan {
     let object = event.object();
     match event.event_type() {
-        "payment.captured" | "payment.failed" => match RazorpayPayment::parse(object) {
-            Ok(payment) => {
-                let owner = object
-                    .pointer("/payment/entity")
-                    .and_then(|entity| owner_at(entity, "/notes/user_id").ok().flatten());
-                let wallets = match (event.event_type(), owner) {
-                    ("payment.captured", Some(user_id)) => {
-                        vec![(user_id.to_owned(), payment.currency.to_owned())]
-                    }
-                    _ => Vec::new(),
-                };
+        // Its payment row, then its credit: it may share statements with
+        // other credits.
+        "payment.captured" => match capture(event) {
+            Ok((payment, credit)) => {
+                let credit = PlainCredit::from(credit);
                 Plan {
                     keys: vec![credit_key(PROVIDER, payment.id)],
-                    wallets,
+                    wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
+                    records_payment: true,
+                    credit: Some(credit),
                     ..Plan::default()
                 }
             }
+            Err(_) => Plan::default(),
+        },
+        "payment.failed" => match RazorpayPayment::parse(object) {
+            Ok(payment) => Plan::keyed(vec![credit_key(PROVIDER, payment.id)]),
             Err(_) => Plan::default(),
         },
         "refund.processed" => match Refund::parse(object) {
@@ -76,25 +76,18 @@ pub(super) fn plan(event: &VerifiedEvent) -> Plan {
     }
 }
 
-async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
-    let payment = match RazorpayPayment::parse(event.object()) {
-        Ok(payment) => payment,
-        Err(reason) => return Ok(Applied::rejected(reason)),
-    };
+/// A well-formed capture's payment and credit, or why it can never apply.
+fn capture(event: &VerifiedEvent) -> Result<(RazorpayPayment<'_>, Credit<'_>), Reason> {
+    let payment = RazorpayPayment::parse(event.object())?;
     // The owner is the credit's key: it must be an identifier.
     let owner = event.object().pointer("/payment/entity");
     let user_id = match owner.map(|entity| owner_at(entity, "/notes/user_id")) {
         Some(Ok(Some(user_id))) => user_id,
-        Some(Err(reason)) => return Ok(Applied::rejected(reason)),
-        _ => return Ok(Applied::rejected("payment has no notes.user_id")),
+        Some(Err(reason)) => return Err(reason),
+        _ => return Err("payment has no notes.user_id".into()),
     };
     if payment.amount_minor <= 0 {
-        return Ok(Applied::rejected("payment has no positive amount"));
-    }
-    if let Recorded::Differs =
-        payments::upsert(conn, &payment.row(), Some(event.event_id())).await?
-    {
-        return Ok(Applied::rejected(payments::DIFFERS));
+        return Err("payment has no positive amount".into());
     }
     let credit = Credit {
         user_id,
@@ -103,7 +96,37 @@ async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Appl
         source_ref: payment.id,
         context: json!({ "payment_id": payment.id, "order_id": payment.order_id }),
     };
-    money::credit(conn, event, credit).await
+    Ok((payment, credit))
+}
+
+/// Upserts the payment, then credits it: through the credits' shared path
+/// ([`super::apply_credits`]), which records the payment row first.
+async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+    if let Err(reason) = capture(event) {
+        return Ok(Applied::rejected(reason));
+    }
+    let plan = plan(event);
+    let mut applied = super::apply_credits(conn, &[(event, &plan)]).await?;
+    applied.pop().ok_or(sqlx::Error::RowNotFound)
+}
+
+/// Records a capture's payment row, before its credit. `Some(rejected)`
+/// when the stored payment has another amount or currency: then nothing is
+/// credited.
+pub(super) async fn record_capture(
+    conn: &mut PgConnection,
+    event: &VerifiedEvent,
+) -> Result<Option<Applied>, sqlx::Error> {
+    let (payment, _) = match capture(event) {
+        Ok(capture) => capture,
+        Err(reason) => return Ok(Some(Applied::rejected(reason))),
+    };
+    Ok(
+        match payments::upsert(conn, &payment.row(), Some(event.event_id())).await? {
+            Recorded::Differs => Some(Applied::rejected(payments::DIFFERS)),
+            Recorded::Recorded { .. } => None,
+        },
+    )
 }
 
 async fn failed(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {

@@ -69,8 +69,8 @@ pub(super) fn plan(event: &VerifiedEvent) -> Plan {
                 Plan {
                     keys: vec![credit_key(PROVIDER, intent.id)],
                     wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
-                    debits: None,
                     credit: Some(credit),
+                    ..Plan::default()
                 }
             }
             Err(_) => Plan::default(),

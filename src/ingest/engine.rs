@@ -246,11 +246,7 @@ async fn apply_in_order(
             .iter()
             .position(|(_, plan)| plan.credit.is_none())
             .unwrap_or(rest.len());
-        let credits: Vec<(&VerifiedEvent, &effects::PlainCredit)> = rest[..run]
-            .iter()
-            .filter_map(|(event, plan)| Some((*event, plan.credit.as_ref()?)))
-            .collect();
-        applied.extend(effects::apply_credits(conn, &credits).await?);
+        applied.extend(effects::apply_credits(conn, &rest[..run]).await?);
         rest = &rest[run..];
     }
     Ok(applied)
