@@ -3,6 +3,7 @@
 //! `&mut PgConnection`; they never open, commit or roll back a transaction,
 //! and never lock: they run with their [`plan`]'s locks held.
 
+mod credits;
 mod currency;
 mod money;
 pub mod plan;
@@ -106,44 +107,10 @@ impl Applied {
     }
 }
 
+pub use credits::apply_credits;
 pub use currency::{WITHDRAWN_STILL_SENT, currency};
 pub use money::PlainCredit;
 pub use plan::{Plan, plan};
-
-/// Applies events whose plans carry a credit ([`Plan::credit`]), in order,
-/// the credits sharing their statements: first the payment rows of those
-/// that record one ([`Plan::records_payment`]; a payment stored with another
-/// amount or currency rejects its event), then the credits. Payment rows and
-/// credits touch different tables, so the result is that of one event at a
-/// time. Call with their plans' locks held.
-pub async fn apply_credits(
-    conn: &mut PgConnection,
-    units: &[(&VerifiedEvent, &Plan)],
-) -> Result<Vec<Applied>, sqlx::Error> {
-    let mut applied: Vec<Option<Applied>> = vec![None; units.len()];
-    let mut crediting = Vec::with_capacity(units.len());
-    for (i, (event, plan)) in units.iter().enumerate() {
-        let credit = plan.credit.as_ref().ok_or(sqlx::Error::RowNotFound)?;
-        if plan.records_payment
-            && let Some(rejected) = razorpay::record_capture(conn, event).await?
-        {
-            applied[i] = Some(rejected);
-            continue;
-        }
-        crediting.push((i, (*event, credit)));
-    }
-    let credits: Vec<(&VerifiedEvent, &PlainCredit)> = crediting.iter().map(|(_, c)| *c).collect();
-    for ((i, _), credited) in crediting
-        .iter()
-        .zip(money::credit_all(conn, &credits).await?)
-    {
-        applied[*i] = Some(credited);
-    }
-    applied
-        .into_iter()
-        .collect::<Option<Vec<_>>>()
-        .ok_or(sqlx::Error::RowNotFound)
-}
 
 /// Applies `event`'s effects for its provider. Call with its plan's locks
 /// held ([`plan`]).
