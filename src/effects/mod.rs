@@ -225,7 +225,8 @@ async fn apply_subscription(
                 "plan_id": next.plan_id,
                 "current_period_end": next.current_period_end,
             });
-            let key = format!("{}:subscription:{}", event.provider(), next.subscription_id);
+            // Its lock key is also the order its announcements keep.
+            let key = plan::subscription_key(event.provider(), &next.subscription_id);
             let message = outbox::Message {
                 topic: "subscription.changed",
                 provider: event.provider(),

@@ -198,12 +198,12 @@ impl Metrics {
         for (name, help, counter) in [
             (
                 "webhookd_ingest_batches_total",
-                "Credit batches committed together (group commit).",
+                "Batches of events committed together (group commit).",
                 &batches.batches,
             ),
             (
                 "webhookd_ingest_batched_events_total",
-                "Credits carried by those batches.",
+                "Events carried by those batches.",
                 &batches.events,
             ),
             (
@@ -212,10 +212,12 @@ impl Metrics {
                 &batches.fallbacks,
             ),
         ] {
-            let n = counter.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}"
+            single(
+                &mut out,
+                name,
+                "counter",
+                help,
+                counter.load(Ordering::Relaxed),
             );
         }
         if let Some(stats) = &self.deliveries {
@@ -259,12 +261,12 @@ impl Metrics {
                 );
             }
         }
-        let _ = writeln!(
-            out,
-            "# HELP webhookd_log_lines_dropped_total Log lines dropped because the log output was closed or did not keep up.\n\
-             # TYPE webhookd_log_lines_dropped_total counter\n\
-             webhookd_log_lines_dropped_total {}",
-            crate::telemetry::log_lines_dropped()
+        single(
+            &mut out,
+            "webhookd_log_lines_dropped_total",
+            "counter",
+            "Log lines dropped because the log output was closed or did not keep up.",
+            crate::telemetry::log_lines_dropped(),
         );
         out
     }
@@ -342,10 +344,14 @@ fn render_drainer(out: &mut String, stats: &DrainerStats) {
             &stats.peak_held_bytes,
         ),
     ] {
-        let n = counter.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {n}"
-        );
+        single(out, name, kind, help, counter.load(Ordering::Relaxed));
     }
+}
+
+/// One unlabelled metric with its help and type.
+fn single(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
 }

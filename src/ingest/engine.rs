@@ -71,14 +71,14 @@ pub(super) async fn commit(
         .iter()
         .map(|event| Claim::of(event))
         .collect::<Result<Vec<_>, _>>()?;
+    let all: Vec<(&VerifiedEvent, &Plan)> = events.iter().copied().zip(&plans).collect();
     let mut tx = pool.begin_with(begin).await?;
-    let claimed = claim_and_lock(&mut tx, &claims, &plans).await?;
+    let claimed = lock(&mut tx, &claims, &all).await?;
     if claimed.is_empty() {
         tx.rollback().await?;
         return Ok(Some(outcomes));
     }
-    let units: Vec<(&VerifiedEvent, &Plan)> =
-        claimed.iter().map(|&i| (events[i], &plans[i])).collect();
+    let units: Vec<(&VerifiedEvent, &Plan)> = claimed.iter().map(|&i| all[i]).collect();
     let applied = apply_in_order(&mut tx, &units).await?;
     if applied.len() != units.len() {
         // Never commit a claimed event without its outcome.
@@ -143,16 +143,6 @@ pub(super) async fn reapply(
     outbox::notify(&mut tx).await?;
     tx.commit().await?;
     Ok((applied, recorded))
-}
-
-/// Claims the events and takes their locks ([`lock`]).
-async fn claim_and_lock(
-    conn: &mut PgConnection,
-    claims: &[Claim<'_>],
-    plans: &[Plan],
-) -> Result<Vec<usize>, sqlx::Error> {
-    let units: Vec<(&VerifiedEvent, &Plan)> = claims.iter().map(|c| c.event).zip(plans).collect();
-    lock(conn, claims, &units).await
 }
 
 /// Claims `claims` (none: a replay) and takes the locks of `units` (the
