@@ -121,7 +121,7 @@ fn verify_standard_webhooks(bencher: Bencher, size: usize) {
 fn parse_stripe(bencher: Bencher, size: usize) {
     let body = stripe_body(size);
     bencher.counter(BytesCount::new(body.len())).bench(|| {
-        providers::from_stored(
+        providers::Event::from_stored(
             "stripe",
             "evt_bench",
             "payment_intent.succeeded",
@@ -135,14 +135,14 @@ fn parse_stripe(bencher: Bencher, size: usize) {
 fn parse_razorpay(bencher: Bencher, size: usize) {
     let body = razorpay_body(size);
     bencher.counter(BytesCount::new(body.len())).bench(|| {
-        providers::from_stored("razorpay", "evt_bench", "payment.captured", body.clone())
+        providers::Event::from_stored("razorpay", "evt_bench", "payment.captured", body.clone())
             .expect("an event")
     });
 }
 
 #[divan::bench]
 fn credit(bencher: Bencher) {
-    let event = providers::from_stored(
+    let event = providers::Event::from_stored(
         "stripe",
         "evt_bench",
         "payment_intent.succeeded",

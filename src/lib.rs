@@ -6,7 +6,6 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod effects;
-pub mod error;
 pub mod events;
 pub mod http;
 pub mod ingest;

@@ -55,7 +55,7 @@ pub async fn run(
                 id(provider),
                 id(event_id)
             );
-            let event = providers::from_stored(
+            let event = providers::Event::from_stored(
                 &stored.provider,
                 &stored.event_id,
                 &stored.event_type,

@@ -1,9 +1,10 @@
 //! Credits many to a statement, whichever provider's.
 
+use super::Error;
 use sqlx::PgConnection;
 
 use super::{Applied, PlainCredit, Plan, money, razorpay};
-use crate::providers::VerifiedEvent;
+use crate::providers::Event;
 
 /// Applies events whose plans carry a credit ([`Plan::credit`]), in order,
 /// the credits sharing their statements: first the payment rows of those
@@ -13,12 +14,14 @@ use crate::providers::VerifiedEvent;
 /// time. Call with their plans' locks held.
 pub async fn apply_credits(
     conn: &mut PgConnection,
-    units: &[(&VerifiedEvent, &Plan)],
-) -> Result<Vec<Applied>, sqlx::Error> {
+    units: &[(&Event, &Plan)],
+) -> Result<Vec<Applied>, Error> {
     let mut applied: Vec<Option<Applied>> = vec![None; units.len()];
     let mut crediting = Vec::with_capacity(units.len());
     for (i, (event, plan)) in units.iter().enumerate() {
-        let credit = plan.credit.as_ref().ok_or(sqlx::Error::RowNotFound)?;
+        let credit = plan.credit.as_ref().ok_or(Error::Invariant(
+            "a run of credits holds an event without a credit",
+        ))?;
         if plan.records_payment
             && let Some(rejected) = razorpay::record_capture(conn, event).await?
         {
@@ -27,7 +30,7 @@ pub async fn apply_credits(
         }
         crediting.push((i, (*event, credit)));
     }
-    let credits: Vec<(&VerifiedEvent, &PlainCredit)> = crediting.iter().map(|(_, c)| *c).collect();
+    let credits: Vec<(&Event, &PlainCredit)> = crediting.iter().map(|(_, c)| *c).collect();
     for ((i, _), credited) in crediting
         .iter()
         .zip(money::credit_all(conn, &credits).await?)
@@ -37,5 +40,5 @@ pub async fn apply_credits(
     applied
         .into_iter()
         .collect::<Option<Vec<_>>>()
-        .ok_or(sqlx::Error::RowNotFound)
+        .ok_or(Error::Invariant("a credit in the run has no outcome"))
 }

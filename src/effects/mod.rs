@@ -14,43 +14,32 @@ pub mod stripe;
 use std::future::Future;
 use std::pin::Pin;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
+use crate::db;
+use crate::events::{self, Outcome};
 use crate::outbox;
-use crate::providers::{self, Kind, VerifiedEvent};
+use crate::providers::{self, Event, Kind};
 use crate::subscriptions::{self, Subscription, Upserted};
-use crate::{db, events};
 
-/// What became of one delivery. Stored in `processed_events.outcome` and
-/// answered in the response body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// Effects applied.
-    Processed,
-    /// This event id was seen before; nothing new was written.
-    Duplicate,
-    /// Nothing to do: an unhandled type, or an effect another event already owns.
-    Ignored,
-    /// Older than the stored state; nothing changed.
-    Superseded,
-    /// Waits for an event it depends on; applied when that one arrives.
-    Deferred,
-    /// The payload can never be applied (reason in `detail`).
-    Rejected,
+/// Why an event's effects were not applied. Either way its transaction
+/// rolls back and nothing of it commits.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// What cannot happen did: a bug here, never the input's fault.
+    #[error("invariant broken: {0}")]
+    Invariant(&'static str),
 }
 
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
+impl Error {
+    /// The database's refusal of the data, when that is the error.
+    pub fn poison(&self) -> Option<db::Poison> {
         match self {
-            Outcome::Processed => "processed",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Ignored => "ignored",
-            Outcome::Superseded => "superseded",
-            Outcome::Deferred => "deferred",
-            Outcome::Rejected => "rejected",
+            Error::Database(error) => db::Poison::of(error),
+            Error::Invariant(_) => None,
         }
     }
 }
@@ -114,7 +103,7 @@ pub use plan::{Plan, plan};
 
 /// Applies `event`'s effects for its provider. Call with its plan's locks
 /// held ([`plan`]).
-pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match event.kind() {
         Kind::Stripe => stripe::apply(conn, event).await,
         Kind::Razorpay => razorpay::apply(conn, event).await,
@@ -122,7 +111,7 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
     }
 }
 
-type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'a>>;
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
 /// Applies, oldest first, the events deferred until `waits_for` existed (in
 /// the transaction that brings it), recording each one's outcome with
@@ -138,7 +127,7 @@ pub(crate) fn apply_waiting<'a>(
         let mut applied = Vec::new();
         for stored in events::take_deferred(conn, provider, waits_for).await? {
             let payload = stored.payload.into();
-            let waiting = providers::from_stored(
+            let waiting = providers::Event::from_stored(
                 &stored.provider,
                 &stored.event_id,
                 &stored.event_type,
@@ -168,17 +157,14 @@ pub(crate) fn apply_waiting<'a>(
 /// Applies a waiting event inside a savepoint: data the database refuses
 /// ([`db::Poison`]) rejects that event alone, never the one that brought
 /// its dependency.
-async fn apply_isolated(
-    conn: &mut PgConnection,
-    event: &VerifiedEvent,
-) -> Result<Applied, sqlx::Error> {
+async fn apply_isolated(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
     match apply(&mut savepoint, event).await {
         Ok(applied) => {
             savepoint.commit().await?;
             Ok(applied)
         }
-        Err(error) => match db::Poison::of(&error) {
+        Err(error) => match error.poison() {
             Some(poison) => {
                 savepoint.rollback().await?;
                 tracing::warn!(
@@ -202,9 +188,9 @@ async fn apply_isolated(
 /// `subscription.changed` announcement when the state changed.
 async fn apply_subscription(
     conn: &mut PgConnection,
-    event: &VerifiedEvent,
+    event: &Event,
     next: Subscription,
-) -> Result<Applied, sqlx::Error> {
+) -> Result<Applied, Error> {
     let Some(event_time) = event.created() else {
         return Ok(Applied::rejected(
             "event has no created time to order it by",

@@ -3,6 +3,7 @@
 //! against a known credit. Each posts one ledger entry (natural key, balance
 //! in the same statement) and announces it in the outbox.
 
+use super::Error;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
@@ -10,7 +11,7 @@ use sqlx::PgConnection;
 
 use super::{Applied, Reason};
 use crate::ledger::{self, Entry, EntryKind, NewEntry};
-use crate::providers::VerifiedEvent;
+use crate::providers::Event;
 use crate::{events, outbox};
 
 /// A credit to apply: `source_ref` is the payment's id (its natural key).
@@ -49,12 +50,14 @@ impl From<Credit<'_>> for PlainCredit {
 /// applies the events deferred until this credit existed.
 pub(super) async fn credit(
     conn: &mut PgConnection,
-    event: &VerifiedEvent,
+    event: &Event,
     credit: Credit<'_>,
-) -> Result<Applied, sqlx::Error> {
+) -> Result<Applied, Error> {
     let credit = PlainCredit::from(credit);
     let mut applied = credit_all(conn, &[(event, &credit)]).await?;
-    applied.pop().ok_or(sqlx::Error::RowNotFound)
+    applied
+        .pop()
+        .ok_or(Error::Invariant("a credit has no outcome"))
 }
 
 /// Applies many credits in order, in a handful of statements whatever their
@@ -68,8 +71,8 @@ pub(super) async fn credit(
 /// committed before is seen.
 pub(crate) async fn credit_all(
     conn: &mut PgConnection,
-    credits: &[(&VerifiedEvent, &PlainCredit)],
-) -> Result<Vec<Applied>, sqlx::Error> {
+    credits: &[(&Event, &PlainCredit)],
+) -> Result<Vec<Applied>, Error> {
     let entries: Vec<NewEntry<'_>> = credits
         .iter()
         .map(|(event, credit)| NewEntry {
@@ -104,9 +107,9 @@ pub(crate) async fn credit_all(
 async fn post_credits(
     conn: &mut PgConnection,
     entries: &[NewEntry<'_>],
-    credits: &[(&VerifiedEvent, &PlainCredit)],
+    credits: &[(&Event, &PlainCredit)],
     waiting: &HashSet<(&str, &str)>,
-) -> Result<Vec<Applied>, sqlx::Error> {
+) -> Result<Vec<Applied>, Error> {
     let posted = ledger::post(conn, entries).await?;
     let payloads: Vec<Option<Value>> = entries
         .iter()
@@ -141,7 +144,9 @@ async fn post_credits(
         let Some(posted) = posted else {
             let owner = owners
                 .get(&(entry.provider, entry.source_ref))
-                .ok_or(sqlx::Error::RowNotFound)?;
+                .ok_or(Error::Invariant(
+                    "an entry that was not posted has no owner",
+                ))?;
             applied.push(Applied::owned_by(
                 "this payment was already credited",
                 owner,
@@ -169,7 +174,7 @@ async fn owners_of_unposted<'a>(
     conn: &mut PgConnection,
     entries: &[NewEntry<'a>],
     posted: &[Option<ledger::Posted>],
-) -> Result<HashMap<(&'a str, &'a str), String>, sqlx::Error> {
+) -> Result<HashMap<(&'a str, &'a str), String>, Error> {
     let mut owners = HashMap::new();
     for (provider, kind, refs) in unposted_by_provider(entries, posted) {
         for (source_ref, owner) in ledger::owners(conn, provider, kind, &refs).await? {
@@ -204,7 +209,7 @@ fn unposted_by_provider<'a>(
 async fn waiting_for<'a>(
     conn: &mut PgConnection,
     entries: &[NewEntry<'a>],
-) -> Result<HashSet<(&'a str, &'a str)>, sqlx::Error> {
+) -> Result<HashSet<(&'a str, &'a str)>, Error> {
     let mut providers: Vec<&str> = entries.iter().map(|e| e.provider).collect();
     providers.sort_unstable();
     providers.dedup();
@@ -239,10 +244,10 @@ pub(super) enum Found {
 /// lock held (the engine takes it).
 pub(super) async fn credit_or_defer(
     conn: &mut PgConnection,
-    event: &VerifiedEvent,
+    event: &Event,
     source_ref: &str,
     currency: &str,
-) -> Result<Found, sqlx::Error> {
+) -> Result<Found, Error> {
     Ok(
         match ledger::find(conn, event.provider(), EntryKind::Credit, source_ref).await? {
             Some(credit) if credit.currency != currency => Found::Mismatch(format!(
@@ -273,9 +278,9 @@ pub(super) struct Debit<'a> {
 /// Posts the refund entry and announces `wallet.debited`.
 pub(super) async fn debit(
     conn: &mut PgConnection,
-    event: &VerifiedEvent,
+    event: &Event,
     debit: Debit<'_>,
-) -> Result<Applied, sqlx::Error> {
+) -> Result<Applied, Error> {
     let entry = NewEntry {
         user_id: &debit.credit.user_id,
         currency: &debit.credit.currency,
@@ -323,11 +328,11 @@ fn announcement(entry: &NewEntry<'_>, posted: ledger::Posted, context: Value) ->
 /// `Err(owner event id)` when the entry's natural key was already taken.
 async fn post_and_announce(
     conn: &mut PgConnection,
-    event: &VerifiedEvent,
+    event: &Event,
     entry: &NewEntry<'_>,
     topic: &str,
     context: Value,
-) -> Result<Result<Announced, String>, sqlx::Error> {
+) -> Result<Result<Announced, String>, Error> {
     let Some(posted) = ledger::post(conn, std::slice::from_ref(entry))
         .await?
         .pop()
@@ -336,7 +341,9 @@ async fn post_and_announce(
         let owner = ledger::owners(conn, entry.provider, entry.kind, &[entry.source_ref])
             .await?
             .remove(entry.source_ref)
-            .ok_or(sqlx::Error::RowNotFound)?;
+            .ok_or(Error::Invariant(
+                "an entry that was not posted has no owner",
+            ))?;
         return Ok(Err(owner));
     };
     let payload = announcement(entry, posted, context);

@@ -12,7 +12,7 @@
 //! rows while holding keys the other needs.
 
 use super::PlainCredit;
-use crate::providers::{Kind, VerifiedEvent};
+use crate::providers::{Event, Kind};
 
 /// The lock class of [`Plan::keys`]: before wallets
 /// ([`crate::ledger::WALLET_LOCK_CLASS`]).
@@ -48,7 +48,7 @@ impl Plan {
 
 /// The plan of `event`. An event whose payload will be rejected locks
 /// nothing.
-pub fn plan(event: &VerifiedEvent) -> Plan {
+pub fn plan(event: &Event) -> Plan {
     match event.kind() {
         Kind::Stripe => super::stripe::plan(event),
         Kind::Razorpay => super::razorpay::plan(event),

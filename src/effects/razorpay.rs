@@ -13,6 +13,7 @@
 //! payment's own `payment.captured` carries the credit, so a replay under a
 //! new (unsigned) event id and `order.paid` credit nothing more.
 
+use super::Error;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
@@ -21,12 +22,12 @@ use super::plan::{Plan, credit_key, subscription_key};
 use super::{Applied, Reason, currency_at, loose_ident_at, owner_at, required_ident, unix_at};
 use crate::ledger::{self, EntryKind};
 use crate::payments::{self, Payment, Recorded};
-use crate::providers::VerifiedEvent;
+use crate::providers::Event;
 use crate::subscriptions::Subscription;
 
 pub use crate::providers::razorpay::PROVIDER;
 
-pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match event.event_type() {
         "payment.captured" => captured(conn, event).await,
         "payment.failed" => failed(conn, event).await,
@@ -38,7 +39,7 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
 
 /// What `event` will lock ([`super::plan`]), from the same parse as its
 /// effect: every payment's row, credit and refunds under its credit's key.
-pub(super) fn plan(event: &VerifiedEvent) -> Plan {
+pub(super) fn plan(event: &Event) -> Plan {
     let object = event.object();
     match event.event_type() {
         // Its payment row, then its credit: it may share statements with
@@ -77,7 +78,7 @@ pub(super) fn plan(event: &VerifiedEvent) -> Plan {
 }
 
 /// A well-formed capture's payment and credit, or why it can never apply.
-fn capture(event: &VerifiedEvent) -> Result<(RazorpayPayment<'_>, Credit<'_>), Reason> {
+fn capture(event: &Event) -> Result<(RazorpayPayment<'_>, Credit<'_>), Reason> {
     let payment = RazorpayPayment::parse(event.object())?;
     // The owner is the credit's key: it must be an identifier.
     let owner = event.object().pointer("/payment/entity");
@@ -101,13 +102,15 @@ fn capture(event: &VerifiedEvent) -> Result<(RazorpayPayment<'_>, Credit<'_>), R
 
 /// Upserts the payment, then credits it: through the credits' shared path
 /// ([`super::apply_credits`]), which records the payment row first.
-async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+async fn captured(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     if let Err(reason) = capture(event) {
         return Ok(Applied::rejected(reason));
     }
     let plan = plan(event);
     let mut applied = super::apply_credits(conn, &[(event, &plan)]).await?;
-    applied.pop().ok_or(sqlx::Error::RowNotFound)
+    applied
+        .pop()
+        .ok_or(Error::Invariant("a capture has no outcome"))
 }
 
 /// Records a capture's payment row, before its credit. `Some(rejected)`
@@ -115,8 +118,8 @@ async fn captured(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Appl
 /// credited.
 pub(super) async fn record_capture(
     conn: &mut PgConnection,
-    event: &VerifiedEvent,
-) -> Result<Option<Applied>, sqlx::Error> {
+    event: &Event,
+) -> Result<Option<Applied>, Error> {
     let (payment, _) = match capture(event) {
         Ok(capture) => capture,
         Err(reason) => return Ok(Some(Applied::rejected(reason))),
@@ -129,7 +132,7 @@ pub(super) async fn record_capture(
     )
 }
 
-async fn failed(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+async fn failed(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     let payment = match RazorpayPayment::parse(event.object()) {
         Ok(payment) => payment,
         Err(reason) => return Ok(Applied::rejected(reason)),
@@ -145,7 +148,7 @@ async fn failed(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
 /// refund larger than its payment, in another currency than its credit's,
 /// or carrying another payment's entity is rejected before anything is
 /// written: a refund only touches the payment it refunds.
-async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+async fn refund(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     let refund = match Refund::parse(event.object()) {
         Ok(refund) => refund,
         Err(reason) => return Ok(Applied::rejected(reason)),
@@ -187,10 +190,7 @@ async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
     money::debit(conn, event, debit).await
 }
 
-async fn subscription(
-    conn: &mut PgConnection,
-    event: &VerifiedEvent,
-) -> Result<Applied, sqlx::Error> {
+async fn subscription(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match parse_subscription(event.object()) {
         // Ordered by the envelope's created_at, never the entity's own.
         Ok(next) => super::apply_subscription(conn, event, next).await,

@@ -9,6 +9,7 @@
 //! | `invoice.paid` | `invoice.paid`, once per invoice |
 //! | `customer.subscription.created/updated/deleted` | guarded upsert, `subscription.changed` |
 
+use super::Error;
 use serde_json::json;
 use sqlx::PgConnection;
 
@@ -20,7 +21,7 @@ use super::{Applied, Outcome};
 use crate::ledger::{self, EntryKind};
 use crate::outbox;
 use crate::payments::{self, Recorded};
-use crate::providers::VerifiedEvent;
+use crate::providers::Event;
 use objects::{Charge, Invoice, PaymentIntent, parse_subscription};
 
 pub use crate::providers::stripe::PROVIDER;
@@ -37,7 +38,7 @@ pub const HANDLED_TYPES: [&str; 7] = [
     "customer.subscription.deleted",
 ];
 
-pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match event.event_type() {
         "payment_intent.succeeded" => credit(conn, event).await,
         "charge.succeeded" => record_charge(conn, event).await,
@@ -51,7 +52,7 @@ pub async fn apply(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<App
 }
 
 /// Credits the owner's wallet once per PaymentIntent.
-async fn credit(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+async fn credit(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match PaymentIntent::parse(event.object()) {
         Ok(intent) => money::credit(conn, event, intent.credit()).await,
         Err(reason) => Ok(Applied::rejected(reason)),
@@ -60,7 +61,7 @@ async fn credit(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applie
 
 /// What `event` will lock ([`super::plan`]), from the same parse as its
 /// effect.
-pub(super) fn plan(event: &VerifiedEvent) -> Plan {
+pub(super) fn plan(event: &Event) -> Plan {
     let object = event.object();
     match event.event_type() {
         "payment_intent.succeeded" => match PaymentIntent::parse(object) {
@@ -109,10 +110,7 @@ pub(super) fn plan(event: &VerifiedEvent) -> Plan {
 /// The wallet credit belongs to `payment_intent.succeeded`: when that came
 /// first, this event is recorded `ignored` with the credit's owner (the
 /// payment row and its receipt are still written).
-async fn record_charge(
-    conn: &mut PgConnection,
-    event: &VerifiedEvent,
-) -> Result<Applied, sqlx::Error> {
+async fn record_charge(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     let charge = match Charge::parse(event.object()) {
         Ok(charge) => charge,
         Err(reason) => return Ok(Applied::rejected(reason)),
@@ -164,7 +162,7 @@ async fn record_charge(
 /// that credit exists. A refund in another currency than its credit's, or
 /// of a charge recorded with another amount or currency, is rejected before
 /// anything is written.
-async fn refund(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<Applied, sqlx::Error> {
+async fn refund(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     let charge = match Charge::parse(event.object()) {
         Ok(charge) => charge,
         Err(reason) => return Ok(Applied::rejected(reason)),
@@ -223,10 +221,7 @@ fn refund_key(charge: &str, amount_refunded_minor: i64) -> String {
     format!("{charge}:{amount_refunded_minor}")
 }
 
-async fn invoice_paid(
-    conn: &mut PgConnection,
-    event: &VerifiedEvent,
-) -> Result<Applied, sqlx::Error> {
+async fn invoice_paid(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     let invoice = match Invoice::parse(event.object()) {
         Ok(invoice) => invoice,
         Err(reason) => return Ok(Applied::rejected(reason)),
@@ -258,10 +253,7 @@ async fn invoice_paid(
     }
 }
 
-async fn subscription(
-    conn: &mut PgConnection,
-    event: &VerifiedEvent,
-) -> Result<Applied, sqlx::Error> {
+async fn subscription(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match parse_subscription(event.object()) {
         Ok(next) => super::apply_subscription(conn, event, next).await,
         Err(reason) => Ok(Applied::rejected(reason)),

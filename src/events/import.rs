@@ -2,15 +2,13 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use crate::providers::{VerifiedEvent, Via};
+use crate::providers::{Event, Via};
 
 /// Records `event` as `imported`, without effects: an earlier handler
 /// applied it, so a redelivery or a sweep of it must be a duplicate.
 /// `false`: it was recorded already.
-pub async fn import(conn: &mut PgConnection, event: &VerifiedEvent) -> Result<bool, sqlx::Error> {
-    let payload = event
-        .stored_payload()
-        .map_err(|e| sqlx::Error::Decode(e.into()))?;
+pub async fn import(conn: &mut PgConnection, event: &Event) -> Result<bool, sqlx::Error> {
+    let payload = event.stored_payload();
     let result = sqlx::query!(
         r#"
         insert into processed_events

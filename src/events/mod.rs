@@ -1,11 +1,11 @@
 //! The dedupe ledger (`processed_events`) and the events waiting for a
 //! dependency (`deferred_events`): all of their SQL.
 
+use serde::Serialize;
 use serde_json::Value;
 use sqlx::PgConnection;
 
-use crate::effects::Outcome;
-use crate::providers::VerifiedEvent;
+use crate::providers::Event;
 
 mod import;
 mod stored;
@@ -13,25 +13,56 @@ mod stored;
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
 pub use stored::{Stored, Summary, find, list, prune_batch};
 
+/// What became of one delivery. Stored in `processed_events.outcome` and
+/// answered in the response body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Effects applied.
+    Processed,
+    /// This event id was seen before; nothing new was written.
+    Duplicate,
+    /// Nothing to do: an unhandled type, or an effect another event already owns.
+    Ignored,
+    /// Older than the stored state; nothing changed.
+    Superseded,
+    /// Waits for an event it depends on; applied when that one arrives.
+    Deferred,
+    /// The payload can never be applied (reason in `detail`).
+    Rejected,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Processed => "processed",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Ignored => "ignored",
+            Outcome::Superseded => "superseded",
+            Outcome::Deferred => "deferred",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
+
 /// An event to claim, with the payload to store for it.
 pub struct Claim<'a> {
-    pub event: &'a VerifiedEvent,
+    pub event: &'a Event,
     pub payload: &'a str,
 }
 
 impl<'a> Claim<'a> {
     /// The event with its verified payload.
-    pub fn of(event: &'a VerifiedEvent) -> Result<Self, sqlx::Error> {
-        // Parsed as JSON before it got here, so this cannot fail in practice.
-        let payload = event
-            .stored_payload()
-            .map_err(|e| sqlx::Error::Decode(e.into()))?;
-        Ok(Claim { event, payload })
+    pub fn of(event: &'a Event) -> Self {
+        Claim {
+            event,
+            payload: event.stored_payload(),
+        }
     }
 
     /// The event with [`PAYLOAD_NOT_STORED`]: for an event whose payload is
     /// what the database refuses, so that it is still recorded once.
-    pub fn without_payload(event: &'a VerifiedEvent) -> Self {
+    pub fn without_payload(event: &'a Event) -> Self {
         Claim {
             event,
             payload: PAYLOAD_NOT_STORED,

@@ -1,5 +1,6 @@
 //! Routes, middleware and status codes.
 
+pub mod error;
 pub mod health;
 pub mod metrics;
 pub mod serve;
@@ -25,10 +26,10 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::clock::Clock;
-use crate::error::ApiError;
 use crate::ingest::Ingestor;
 use crate::providers::Providers;
 use crate::telemetry;
+use error::ApiError;
 use metrics::Metrics;
 
 /// What every handler shares. Cheap to clone.

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 
 use super::AppState;
-use crate::error::ApiError;
+use super::error::ApiError;
 use crate::ingest::Receipt;
 
 // `provider` is recorded only once it names a mounted provider: the path is

@@ -33,8 +33,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::engine::{self, Wake};
 use super::{Receipt, receipt};
-use crate::providers::VerifiedEvent;
-use crate::{db, effects, ledger, telemetry};
+use crate::providers::Event;
+use crate::{effects, ledger, telemetry};
+
+use super::Error;
 
 /// How many events share a transaction, and how many batches run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +49,7 @@ pub struct BatchSettings {
     pub concurrency: usize,
 }
 
-pub type Answer = Result<Receipt, Arc<sqlx::Error>>;
+pub type Answer = Result<Receipt, Error>;
 
 /// What the batches of this process did, for `/metrics`.
 #[derive(Debug, Default)]
@@ -61,7 +63,7 @@ pub struct BatchStats {
 }
 
 struct Job {
-    event: VerifiedEvent,
+    event: Event,
     reply: oneshot::Sender<Answer>,
 }
 
@@ -96,15 +98,14 @@ impl Batcher {
     }
 
     /// Queues `event` and waits for its batch's commit.
-    pub async fn submit(&self, event: VerifiedEvent) -> Answer {
+    pub async fn submit(&self, event: Event) -> Answer {
         let (reply, answer) = oneshot::channel();
-        // Only a dispatcher that is gone (shutting down) drops a job: 503.
-        let gone = || Arc::new(sqlx::Error::PoolClosed);
+        // Only a dispatcher that is gone (shutting down) drops a job.
         self.queue
             .send(Job { event, reply })
             .await
-            .map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+            .map_err(|_| Error::ShuttingDown)?;
+        answer.await.map_err(|_| Error::ShuttingDown)?
     }
 }
 
@@ -140,7 +141,7 @@ async fn dispatch(batches: Batches, mut jobs: mpsc::Receiver<Job>, settings: Bat
 async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePermit>) {
     // A request that timed out while queued was answered 503 already: leave
     // its event to the provider's retry rather than apply it unannounced.
-    let (events, replies): (Vec<VerifiedEvent>, Vec<_>) = jobs
+    let (events, replies): (Vec<Event>, Vec<_>) = jobs
         .into_iter()
         .filter(|job| !job.reply.is_closed())
         .map(|job| (job.event, Mutex::new(Some(job.reply))))
@@ -193,8 +194,8 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
 /// the other, so a failed batch ends as it would have committed; groups
 /// that share nothing run concurrently, at most [`FALLBACK_GROUPS`] at once,
 /// so one hot key holds one connection, never the pool.
-async fn one_by_one(batches: &Batches, pending: Vec<Pending<'_>>, error: &Arc<sqlx::Error>) {
-    if db::is_connection_failure(error) {
+async fn one_by_one(batches: &Batches, pending: Vec<Pending<'_>>, error: &Error) {
+    if error.is_connection_failure() {
         for (_, reply) in pending {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(error.clone()));
@@ -208,7 +209,7 @@ async fn one_by_one(batches: &Batches, pending: Vec<Pending<'_>>, error: &Arc<sq
         "a batch failed: applying its events one by one"
     );
     let groups = Semaphore::new(FALLBACK_GROUPS);
-    let one = |event: &VerifiedEvent, reply: Option<oneshot::Sender<Answer>>| {
+    let one = |event: &Event, reply: Option<oneshot::Sender<Answer>>| {
         let (pool, wake) = (&batches.pool, &batches.wake);
         let event = event.clone();
         async move {
@@ -217,7 +218,7 @@ async fn one_by_one(batches: &Batches, pending: Vec<Pending<'_>>, error: &Arc<sq
             };
             tokio::select! {
                 answer = super::ingest_waking(pool, &event, wake) => {
-                    let _ = reply.send(answer.map_err(Arc::new));
+                    let _ = reply.send(answer);
                 }
                 () = reply.closed() => {}
             }
@@ -246,7 +247,7 @@ async fn one_by_one(batches: &Batches, pending: Vec<Pending<'_>>, error: &Arc<sq
 }
 
 /// An event of a failed batch and its reply, if its request still waits.
-type Pending<'a> = (&'a VerifiedEvent, Option<oneshot::Sender<Answer>>);
+type Pending<'a> = (&'a Event, Option<oneshot::Sender<Answer>>);
 
 /// How many groups of a failed batch are applied at once.
 const FALLBACK_GROUPS: usize = 4;
@@ -254,7 +255,7 @@ const FALLBACK_GROUPS: usize = 4;
 /// The group of each event: events that share an event id or any key of
 /// their plans are in one group. Groups are numbered in order of their
 /// first event.
-fn sharing_groups<'a>(events: impl Iterator<Item = &'a VerifiedEvent>) -> Vec<usize> {
+fn sharing_groups<'a>(events: impl Iterator<Item = &'a Event>) -> Vec<usize> {
     let mut owner: HashMap<String, usize> = HashMap::new();
     let mut parent: Vec<usize> = Vec::new();
     fn root(parent: &mut [usize], mut i: usize) -> usize {
@@ -300,24 +301,24 @@ fn sharing_groups<'a>(events: impl Iterator<Item = &'a VerifiedEvent>) -> Vec<us
 /// that is not wanted gets an error nobody reads.
 pub async fn try_batch(
     pool: &PgPool,
-    events: &[VerifiedEvent],
+    events: &[Event],
     wanted: impl Fn(usize) -> bool,
     wake: &Wake,
-) -> Result<Vec<Answer>, Arc<sqlx::Error>> {
+) -> Result<Vec<Answer>, Error> {
     batch_releasing(pool, events, wanted, wake, &|| {}).await
 }
 
 /// [`try_batch`], calling `committing` as the commit is sent.
 async fn batch_releasing(
     pool: &PgPool,
-    events: &[VerifiedEvent],
+    events: &[Event],
     wanted: impl Fn(usize) -> bool,
     wake: &Wake,
     committing: &(dyn Fn() + Sync),
-) -> Result<Vec<Answer>, Arc<sqlx::Error>> {
+) -> Result<Vec<Answer>, Error> {
     loop {
         let live: Vec<usize> = (0..events.len()).filter(|&i| wanted(i)).collect();
-        let batch: Vec<&VerifiedEvent> = live.iter().map(|&i| &events[i]).collect();
+        let batch: Vec<&Event> = live.iter().map(|&i| &events[i]).collect();
         let all_wanted = || live.iter().all(|&i| wanted(i));
         let committed = engine::commit(
             pool,
@@ -336,21 +337,21 @@ async fn batch_releasing(
                 return Ok(answers);
             }
             Ok(None) => continue,
-            Err(error) => return Err(Arc::new(error)),
+            Err(error) => return Err(error),
         }
     }
 }
 
 /// The answer to an event whose request is gone: nobody reads it.
 fn abandoned() -> Answer {
-    Err(Arc::new(sqlx::Error::PoolClosed))
+    Err(Error::Abandoned)
 }
 
 /// Applies `events` as one batch, in order, and answers each: the batch
 /// path without the dispatcher, for callers that form their own batches (a
 /// sweep's page, a test). When the batch fails, its events are applied one
 /// by one ([`one_by_one`]).
-pub async fn apply(pool: &PgPool, events: &[VerifiedEvent], wake: Wake) -> Vec<Answer> {
+pub async fn apply(pool: &PgPool, events: &[Event], wake: Wake) -> Vec<Answer> {
     let batches = Batches {
         pool: pool.clone(),
         wake,

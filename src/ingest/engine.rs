@@ -12,10 +12,12 @@
 use sqlx::{PgConnection, PgPool};
 
 use crate::effects::plan::KEY_LOCK_CLASS;
-use crate::effects::{self, Applied, Outcome, Plan};
-use crate::events::{self, Claim, Lock, Recorded};
-use crate::providers::VerifiedEvent;
+use crate::effects::{self, Applied, Plan};
+use crate::events::{self, Claim, Lock, Outcome, Recorded};
+use crate::providers::Event;
 use crate::{ledger, outbox};
+
+use super::Error;
 
 /// How a transaction of many events begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -56,33 +58,30 @@ pub enum Wake {
 /// while this one waits for its WAL flush).
 pub(super) async fn commit(
     pool: &PgPool,
-    events: &[&VerifiedEvent],
+    events: &[&Event],
     begin: &'static str,
     wake: &Wake,
     all_wanted: impl Fn() -> bool,
     committing: impl FnOnce(),
-) -> Result<Option<Vec<Outcome>>, sqlx::Error> {
+) -> Result<Option<Vec<Outcome>>, Error> {
     let mut outcomes = vec![Outcome::Duplicate; events.len()];
     if events.is_empty() {
         return Ok(Some(outcomes));
     }
     let plans: Vec<Plan> = events.iter().map(|event| effects::plan(event)).collect();
-    let claims = events
-        .iter()
-        .map(|event| Claim::of(event))
-        .collect::<Result<Vec<_>, _>>()?;
-    let all: Vec<(&VerifiedEvent, &Plan)> = events.iter().copied().zip(&plans).collect();
+    let claims: Vec<Claim<'_>> = events.iter().map(|event| Claim::of(event)).collect();
+    let all: Vec<(&Event, &Plan)> = events.iter().copied().zip(&plans).collect();
     let mut tx = pool.begin_with(begin).await?;
     let claimed = lock(&mut tx, &claims, &all).await?;
     if claimed.is_empty() {
         tx.rollback().await?;
         return Ok(Some(outcomes));
     }
-    let units: Vec<(&VerifiedEvent, &Plan)> = claimed.iter().map(|&i| all[i]).collect();
+    let units: Vec<(&Event, &Plan)> = claimed.iter().map(|&i| all[i]).collect();
     let applied = apply_in_order(&mut tx, &units).await?;
     if applied.len() != units.len() {
         // Never commit a claimed event without its outcome.
-        return Err(sqlx::Error::RowNotFound);
+        return Err(Error::Invariant("a claimed event has no outcome"));
     }
     let recorded: Vec<Recorded<'_>> = units
         .iter()
@@ -119,16 +118,16 @@ pub(super) async fn commit(
 /// outcome replaces the stored one.
 pub(super) async fn reapply(
     pool: &PgPool,
-    event: &VerifiedEvent,
+    event: &Event,
     record: impl FnOnce(&Applied) -> bool,
-) -> Result<(Applied, bool), sqlx::Error> {
+) -> Result<(Applied, bool), Error> {
     let plan = effects::plan(event);
     let mut tx = pool.begin_with(BEGIN_ONE).await?;
     lock(&mut tx, &[], &[(event, &plan)]).await?;
     let applied = apply_in_order(&mut tx, &[(event, &plan)])
         .await?
         .pop()
-        .ok_or(sqlx::Error::RowNotFound)?;
+        .ok_or(Error::Invariant("a replayed event has no outcome"))?;
     let recorded = record(&applied);
     if recorded {
         events::record_outcome(
@@ -155,7 +154,7 @@ pub(super) async fn reapply(
 async fn lock(
     conn: &mut PgConnection,
     claims: &[Claim<'_>],
-    units: &[(&VerifiedEvent, &Plan)],
+    units: &[(&Event, &Plan)],
 ) -> Result<Vec<usize>, sqlx::Error> {
     let claiming = !claims.is_empty();
     let debits = units.iter().any(|(_, plan)| plan.debits.is_some());
@@ -163,7 +162,7 @@ async fn lock(
     let locks = locks(units, owner, !debits);
     let claimed = events::claim_and_lock(conn, claims, &locks).await?;
     if debits {
-        let locked: Vec<(&VerifiedEvent, &Plan)> = if claiming {
+        let locked: Vec<(&Event, &Plan)> = if claiming {
             claimed.iter().map(|&i| units[i]).collect()
         } else {
             units.to_vec()
@@ -176,7 +175,7 @@ async fn lock(
 /// The key locks of `units` (and their wallets' when `with_wallets`), each
 /// owned by `owner(index)`.
 fn locks(
-    units: &[(&VerifiedEvent, &Plan)],
+    units: &[(&Event, &Plan)],
     owner: impl Fn(usize) -> Option<usize>,
     with_wallets: bool,
 ) -> Vec<Lock> {
@@ -201,7 +200,7 @@ fn locks(
 /// Locks every wallet `units` credit or debit, in one sorted sweep.
 async fn lock_wallets(
     conn: &mut PgConnection,
-    units: &[(&VerifiedEvent, &Plan)],
+    units: &[(&Event, &Plan)],
 ) -> Result<(), sqlx::Error> {
     let wallets: Vec<(&str, &str)> = units
         .iter()
@@ -222,8 +221,8 @@ async fn lock_wallets(
 /// time.
 async fn apply_in_order(
     conn: &mut PgConnection,
-    units: &[(&VerifiedEvent, &Plan)],
-) -> Result<Vec<Applied>, sqlx::Error> {
+    units: &[(&Event, &Plan)],
+) -> Result<Vec<Applied>, effects::Error> {
     let mut applied = Vec::with_capacity(units.len());
     let mut rest = units;
     while let Some(((event, plan), after)) = rest.split_first() {

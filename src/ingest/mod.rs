@@ -6,16 +6,18 @@
 
 pub mod batch;
 mod engine;
+mod error;
 
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::effects::{self, Outcome};
-use crate::events::{self, Claim};
-use crate::providers::VerifiedEvent;
+use crate::effects;
+use crate::events::{self, Claim, Outcome};
+use crate::providers::{Event, VerifiedEvent};
 use crate::{db, outbox};
 use batch::{BatchSettings, Batcher};
 pub use engine::Wake;
+pub use error::Error;
 
 /// Applies verified events through the group commit of [`batch`].
 #[derive(Debug, Clone)]
@@ -39,7 +41,7 @@ impl Ingestor {
     /// Applies `event` with whatever arrives with it, once its batch
     /// committed.
     pub async fn ingest(&self, event: VerifiedEvent) -> batch::Answer {
-        self.batcher.submit(event).await
+        self.batcher.submit(event.into_event()).await
     }
 }
 
@@ -58,32 +60,28 @@ pub struct Receipt {
 /// the event is then recorded `rejected` with the reason instead, in a
 /// transaction of its own, so that its retry is a `duplicate`. Transient
 /// failures stay errors (answered 503, retried).
-pub async fn ingest(pool: &PgPool, event: &VerifiedEvent) -> Result<Receipt, sqlx::Error> {
+pub async fn ingest(pool: &PgPool, event: &Event) -> Result<Receipt, Error> {
     ingest_waking(pool, event, &Wake::Notify).await
 }
 
 /// Applies `events` in order as one batch (one transaction when it
 /// succeeds, else one by one in order), answering each: the same outcomes
 /// as [`ingest`] of each in turn.
-pub async fn ingest_batch(pool: &PgPool, events: &[VerifiedEvent]) -> Vec<batch::Answer> {
+pub async fn ingest_batch(pool: &PgPool, events: &[Event]) -> Vec<batch::Answer> {
     batch::apply(pool, events, Wake::Notify).await
 }
 
-async fn ingest_waking(
-    pool: &PgPool,
-    event: &VerifiedEvent,
-    wake: &Wake,
-) -> Result<Receipt, sqlx::Error> {
+async fn ingest_waking(pool: &PgPool, event: &Event, wake: &Wake) -> Result<Receipt, Error> {
     let applied = engine::commit(pool, &[event], engine::BEGIN_ONE, wake, || true, || {}).await;
     match applied {
         Ok(outcomes) => {
             let outcome = outcomes
                 .and_then(|o| o.first().copied())
-                .ok_or(sqlx::Error::RowNotFound)?;
+                .ok_or(Error::Invariant("a committed event has no outcome"))?;
             Ok(receipt(outcome, event))
         }
-        Err(error) => match db::Poison::of(&error) {
-            Some(poison) => reject(pool, event, &poison).await,
+        Err(error) => match error.poison() {
+            Some(poison) => Ok(reject(pool, event, &poison).await?),
             None => Err(error),
         },
     }
@@ -125,11 +123,7 @@ pub async fn announce_delivery_gap(
 /// claim itself is what the database refuses (the payload), the event is
 /// recorded without its payload, so that even then its retry is a
 /// `duplicate` rather than the same failure.
-async fn reject(
-    pool: &PgPool,
-    event: &VerifiedEvent,
-    poison: &db::Poison,
-) -> Result<Receipt, sqlx::Error> {
+async fn reject(pool: &PgPool, event: &Event, poison: &db::Poison) -> Result<Receipt, sqlx::Error> {
     tracing::warn!(
         provider = event.provider(),
         event_id = event.event_id(),
@@ -139,7 +133,7 @@ async fn reject(
     );
     let mut tx = pool.begin().await?;
     let mut payload_stored = true;
-    let claimed = match events::claim(&mut tx, Claim::of(event)?).await {
+    let claimed = match events::claim(&mut tx, Claim::of(event)).await {
         Err(error) if db::Poison::of(&error).is_some() => {
             tx.rollback().await?;
             tx = pool.begin().await?;
@@ -168,7 +162,7 @@ async fn reject(
     Ok(receipt(Outcome::Rejected, event))
 }
 
-fn receipt(outcome: Outcome, event: &VerifiedEvent) -> Receipt {
+fn receipt(outcome: Outcome, event: &Event) -> Receipt {
     Receipt {
         outcome,
         event_id: event.event_id().to_owned(),
@@ -181,11 +175,7 @@ fn receipt(outcome: Outcome, event: &VerifiedEvent) -> Receipt {
 /// changes nothing. The stored outcome is updated only when an event that
 /// was not `processed` now has another outcome (say, `rejected` before a
 /// fix).
-pub async fn replay(
-    pool: &PgPool,
-    event: &VerifiedEvent,
-    stored_outcome: &str,
-) -> Result<Replayed, sqlx::Error> {
+pub async fn replay(pool: &PgPool, event: &Event, stored_outcome: &str) -> Result<Replayed, Error> {
     let (applied, recorded) = engine::reapply(pool, event, |applied| {
         stored_outcome != Outcome::Processed.as_str() && applied.outcome.as_str() != stored_outcome
     })

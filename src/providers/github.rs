@@ -8,9 +8,9 @@ use bytes::Bytes;
 use http::HeaderMap;
 
 use super::{
-    Keys, SignatureError, VerifiedEvent, Verify, identifier_header, lower_hex_32, required_header,
-    source_event,
+    Keys, SignatureError, Verify, identifier_header, lower_hex_32, required_header, source_event,
 };
+use super::{VerifiedEvent, verified};
 use crate::config::Secrets;
 
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -48,6 +48,6 @@ impl Verify for GithubVerifier {
         let event_id =
             identifier_header(headers, "x-github-delivery", "no usable X-GitHub-Delivery")?;
         let event_type = identifier_header(headers, "x-github-event", "no usable X-GitHub-Event")?;
-        source_event(&self.name, event_id, Some(event_type), None, body)
+        source_event(&self.name, event_id, Some(event_type), None, body).map(verified)
     }
 }

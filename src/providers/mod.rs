@@ -1,6 +1,6 @@
 //! Signature schemes and event envelopes, one module per scheme.
 //!
-//! Verification is pure: headers + raw bytes + "now" in, [`VerifiedEvent`] or
+//! Verification is pure: headers + raw bytes + "now" in, [`Event`] or
 //! [`SignatureError`] out. Nothing here touches the database, and nothing
 //! below the HTTP handler accepts an event that did not come through here.
 //!
@@ -67,11 +67,18 @@ impl Via {
     }
 }
 
-/// An event whose signature was checked on its exact raw bytes and whose
-/// envelope was parsed afterwards, or that the provider's own API listed
-/// to us ([`Via`]). Only this module can build one.
+/// An event's parsed envelope and the exact bytes it was read from: what
+/// the ingest engine applies. It comes from one of three named paths:
+/// - a delivery whose signature checked out ([`VerifiedEvent`], the only
+///   way the webhook routes reach the engine);
+/// - a provider's API listing, read over TLS with our key (the sweep's
+///   `listed_event` of [`stripe`] and [`razorpay`]);
+/// - a row this service verified and stored itself ([`Event::from_stored`]:
+///   deferred events, replays; tests and benches build theirs this way).
+///
+/// Only this module builds one.
 #[derive(Debug, Clone)]
-pub struct VerifiedEvent {
+pub struct Event {
     provider: Arc<str>,
     kind: Kind,
     event_id: String,
@@ -84,7 +91,7 @@ pub struct VerifiedEvent {
     via: Via,
 }
 
-impl VerifiedEvent {
+impl Event {
     /// The provider (or generic source) name: the `provider` column.
     pub fn provider(&self) -> &str {
         &self.provider
@@ -121,7 +128,7 @@ impl VerifiedEvent {
     /// The same event, recorded as arriving `via` (an API listing's event
     /// imported rather than applied, say).
     pub fn arrived_via(self, via: Via) -> Self {
-        VerifiedEvent { via, ..self }
+        Event { via, ..self }
     }
 
     /// The exact bytes that were verified.
@@ -133,12 +140,38 @@ impl VerifiedEvent {
     /// Postgres `jsonb` cannot hold them as sent (a NUL character, a number
     /// `numeric` cannot hold); then serde_json's reading of them, with each
     /// NUL replaced by U+FFFD ([`normalised`]).
-    pub fn stored_payload(&self) -> Result<&str, std::str::Utf8Error> {
+    pub fn stored_payload(&self) -> &str {
         match &self.stored {
-            Some(stored) => Ok(stored),
-            None => std::str::from_utf8(&self.raw),
+            Some(stored) => stored,
+            // Every event is built from a body `parse_object` read as UTF-8.
+            None => std::str::from_utf8(&self.raw).expect("an event's body is UTF-8"),
         }
     }
+}
+
+/// A delivery whose signature was checked on its exact raw bytes, its
+/// envelope parsed afterwards. Only [`Verify::verify`] makes one: nothing
+/// else in the crate, and nothing outside it, can.
+#[derive(Debug, Clone)]
+pub struct VerifiedEvent(Event);
+
+impl VerifiedEvent {
+    pub fn into_event(self) -> Event {
+        self.0
+    }
+}
+
+impl std::ops::Deref for VerifiedEvent {
+    type Target = Event;
+
+    fn deref(&self) -> &Event {
+        &self.0
+    }
+}
+
+/// Seals a verified delivery; the schemes' `verify` call it last.
+fn verified(event: Event) -> VerifiedEvent {
+    VerifiedEvent(event)
 }
 
 /// Why a delivery was refused before any database work. Every variant is a
@@ -248,7 +281,7 @@ pub(crate) fn source_event(
     event_type: Option<String>,
     created: Option<i64>,
     body: &Bytes,
-) -> Result<VerifiedEvent, SignatureError> {
+) -> Result<Event, SignatureError> {
     let json = parse_object(body)?;
     // The signature and the id are good: a missing type is no reason for the
     // sender to retry forever, so the event is forwarded as `unknown`.
@@ -262,7 +295,7 @@ pub(crate) fn source_event(
     if json.stored.is_some() {
         payload::scrub(&mut object);
     }
-    Ok(VerifiedEvent {
+    Ok(Event {
         provider: provider.clone(),
         kind: Kind::Source,
         event_id,
@@ -275,25 +308,43 @@ pub(crate) fn source_event(
     })
 }
 
-/// Rebuilds an event that this service verified and stored itself (a
-/// deferred event, or a replay) from its stored row. Any provider name other
-/// than the built-in ones is a generic source.
-pub fn from_stored(
-    provider: &str,
-    event_id: &str,
-    event_type: &str,
-    payload: Bytes,
-) -> Result<VerifiedEvent, SignatureError> {
-    match provider {
-        stripe::PROVIDER => stripe::parse_event(&payload),
-        razorpay::PROVIDER => razorpay::parse_event(&payload, Some(event_id)),
-        source => source_event(
-            &Arc::from(source),
-            event_id.to_owned(),
-            Some(event_type.to_owned()),
-            None,
-            &payload,
-        ),
+impl Event {
+    /// Rebuilds an event that this service verified and stored itself (a
+    /// deferred event, or a replay) from its stored row. Any provider name
+    /// other than the built-in ones is a generic source. The bytes are
+    /// parsed, never verified: only rows this service wrote, or a test's
+    /// own bodies, belong here.
+    pub fn from_stored(
+        provider: &str,
+        event_id: &str,
+        event_type: &str,
+        payload: Bytes,
+    ) -> Result<Event, SignatureError> {
+        match provider {
+            stripe::PROVIDER => stripe::parse_event(&payload),
+            razorpay::PROVIDER => razorpay::parse_event(&payload, Some(event_id)),
+            source => source_event(
+                &Arc::from(source),
+                event_id.to_owned(),
+                Some(event_type.to_owned()),
+                None,
+                &payload,
+            ),
+        }
+    }
+}
+
+/// For this crate's tests and benches only (the `test-support` feature,
+/// which a build of the service never enables): a [`VerifiedEvent`] without
+/// a signature, for tests of what happens after verification (the batcher,
+/// say). Tests of verification itself sign their deliveries.
+#[cfg(feature = "test-support")]
+pub mod testing {
+    use super::{Event, VerifiedEvent, verified};
+
+    /// Seals `event` as if its delivery's signature had checked out.
+    pub fn assume_verified(event: Event) -> VerifiedEvent {
+        verified(event)
     }
 }
 

@@ -17,8 +17,12 @@ pub(crate) struct JsonBody {
 /// that an id carrying one is refused, never rewritten); what is stored is
 /// the raw body when Postgres `jsonb` can hold it, else [`normalised`].
 pub(crate) fn parse_object(body: &[u8]) -> Result<JsonBody, SignatureError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|_| SignatureError::InvalidPayload("body is not valid JSON"))?;
+    // UTF-8 is checked once, here, for the whole body: an [`super::Event`]'s
+    // stored payload is then its raw bytes as text, infallibly.
+    let value: Value = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .ok_or(SignatureError::InvalidPayload("body is not valid JSON"))?;
     let stored = (!storable_as_is(body)).then(|| normalised(&value));
     match value {
         Value::Object(fields) => Ok(JsonBody { fields, stored }),

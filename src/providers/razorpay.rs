@@ -11,9 +11,10 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
+use super::{Event, VerifiedEvent, verified};
 use super::{
-    Keys, Kind, SignatureError, UNKNOWN_TYPE, VerifiedEvent, Verify, Via, header, is_identifier,
-    is_unix_time, lower_hex_32, parse_object, required_header,
+    Keys, Kind, SignatureError, UNKNOWN_TYPE, Verify, Via, header, is_identifier, is_unix_time,
+    lower_hex_32, parse_object, required_header,
 };
 use crate::config::Secrets;
 
@@ -56,7 +57,7 @@ impl Verify for RazorpayVerifier {
             }
             None => None,
         };
-        parse_event(body, event_id)
+        parse_event(body, event_id).map(verified)
     }
 }
 
@@ -66,17 +67,14 @@ impl Verify for RazorpayVerifier {
 /// envelope around them, `event_id` the documented synthetic id
 /// (`sweep:{event}:{entity id}`). Trusted like a verified delivery, and
 /// recorded as found by a sweep.
-pub fn listed_event(body: &Bytes, event_id: &str) -> Result<VerifiedEvent, SignatureError> {
+pub fn listed_event(body: &Bytes, event_id: &str) -> Result<Event, SignatureError> {
     if !is_identifier(event_id) {
         return Err(SignatureError::InvalidPayload("no usable event id"));
     }
     Ok(parse_event(body, Some(event_id))?.arrived_via(Via::Sweep))
 }
 
-pub(crate) fn parse_event(
-    body: &Bytes,
-    event_id: Option<&str>,
-) -> Result<VerifiedEvent, SignatureError> {
+pub(crate) fn parse_event(body: &Bytes, event_id: Option<&str>) -> Result<Event, SignatureError> {
     let super::JsonBody { mut fields, stored } = parse_object(body)?;
     // Signed, so a malformed envelope is a permanent problem: recorded (and
     // ignored or rejected by the effects), not refused for ever-retrying.
@@ -98,7 +96,7 @@ pub(crate) fn parse_event(
             ));
         }
     };
-    Ok(VerifiedEvent {
+    Ok(Event {
         provider: Arc::from(PROVIDER),
         kind: Kind::Razorpay,
         event_id,

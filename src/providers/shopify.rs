@@ -9,9 +9,10 @@ use bytes::Bytes;
 use http::HeaderMap;
 
 use super::{
-    Keys, SignatureError, VerifiedEvent, Verify, base64_32, header, identifier_header,
-    required_header, source_event,
+    Keys, SignatureError, Verify, base64_32, header, identifier_header, required_header,
+    source_event,
 };
+use super::{VerifiedEvent, verified};
 use crate::config::Secrets;
 
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
@@ -54,6 +55,6 @@ impl Verify for ShopifyVerifier {
         )?;
         let event_type =
             identifier_header(headers, "x-shopify-topic", "no usable X-Shopify-Topic")?;
-        source_event(&self.name, event_id, Some(event_type), None, body)
+        source_event(&self.name, event_id, Some(event_type), None, body).map(verified)
     }
 }

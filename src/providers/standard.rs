@@ -15,9 +15,10 @@ use http::HeaderMap;
 use secrecy::ExposeSecret;
 
 use super::{
-    Keys, SignatureError, VerifiedEvent, Verify, base64_32, check_tolerance, header, is_identifier,
+    Keys, SignatureError, Verify, base64_32, check_tolerance, header, is_identifier,
     parse_timestamp, required_header, source_event,
 };
+use super::{VerifiedEvent, verified};
 use crate::config::Secrets;
 
 #[derive(Debug)]
@@ -82,7 +83,7 @@ impl Verify for StandardVerifier {
         if !is_identifier(id) {
             return Err(SignatureError::InvalidPayload("no usable webhook-id"));
         }
-        source_event(&self.name, id.to_owned(), None, Some(signed_at), body)
+        source_event(&self.name, id.to_owned(), None, Some(signed_at), body).map(verified)
     }
 }
 

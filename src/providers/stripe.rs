@@ -12,9 +12,10 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
+use super::{Event, VerifiedEvent, verified};
 use super::{
-    HmacSha256, Keys, Kind, SignatureError, VerifiedEvent, Verify, Via, check_tolerance,
-    is_identifier, is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
+    HmacSha256, Keys, Kind, SignatureError, Verify, Via, check_tolerance, is_identifier,
+    is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
 };
 use crate::config::Secrets;
 
@@ -69,7 +70,7 @@ impl Verify for StripeVerifier {
             &header.signatures,
         )?;
         check_tolerance(now, header.unix, self.tolerance_secs)?;
-        parse_event(body)
+        parse_event(body).map(verified)
     }
 }
 
@@ -120,12 +121,12 @@ pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
 /// An event that Stripe's API listed to us (`GET /v1/events`, over TLS,
 /// with our key): trusted like a verified delivery, and recorded as found
 /// by a sweep. `raw` is the event object exactly as listed.
-pub fn listed_event(raw: &Bytes) -> Result<VerifiedEvent, SignatureError> {
+pub fn listed_event(raw: &Bytes) -> Result<Event, SignatureError> {
     Ok(parse_event(raw)?.arrived_via(Via::Sweep))
 }
 
 /// Parses a Stripe event envelope: `id`, `type`, `created`, `data.object`.
-pub(crate) fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError> {
+pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
     let super::JsonBody { mut fields, stored } = parse_object(body)?;
     let event_id = match fields.get("id") {
         Some(Value::String(id)) if is_identifier(id) => id.clone(),
@@ -145,7 +146,7 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<VerifiedEvent, SignatureError>
         .get_mut("data")
         .and_then(|data| data.get_mut("object"))
         .map_or(Value::Null, Value::take);
-    Ok(VerifiedEvent {
+    Ok(Event {
         provider: Arc::from(PROVIDER),
         kind: Kind::Stripe,
         event_id,

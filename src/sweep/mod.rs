@@ -19,9 +19,8 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::db::{self, Failure};
-use crate::effects::Outcome;
-use crate::providers::VerifiedEvent;
+use crate::events::Outcome;
+use crate::providers::Event;
 use crate::{events, ingest};
 
 /// What a sweep does with each listed event.
@@ -120,7 +119,7 @@ const INGEST_TRIES: u32 = 5;
 pub(crate) async fn apply(
     pool: &PgPool,
     mode: Mode,
-    events: Vec<VerifiedEvent>,
+    events: Vec<Event>,
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
     if mode == Mode::DryRun {
@@ -149,13 +148,13 @@ pub(crate) async fn apply(
 
 /// One event through the ingest path, retried while its failure is
 /// transient. Its outcome (`duplicate` when it was recorded before).
-async fn apply_one(pool: &PgPool, event: &VerifiedEvent) -> anyhow::Result<Outcome> {
+async fn apply_one(pool: &PgPool, event: &Event) -> anyhow::Result<Outcome> {
     let mut tries = 0;
     loop {
         tries += 1;
         match ingest::ingest(pool, event).await {
             Ok(receipt) => return Ok(receipt.outcome),
-            Err(error) if db::classify(&error) == Failure::Transient && tries < INGEST_TRIES => {
+            Err(error) if error.is_transient() && tries < INGEST_TRIES => {
                 tracing::warn!(
                     event_id = event.event_id(),
                     error = %error,
@@ -171,7 +170,7 @@ async fn apply_one(pool: &PgPool, event: &VerifiedEvent) -> anyhow::Result<Outco
     }
 }
 
-async fn import(pool: &PgPool, event: &VerifiedEvent) -> anyhow::Result<bool> {
+async fn import(pool: &PgPool, event: &Event) -> anyhow::Result<bool> {
     let mut conn = pool.acquire().await?;
     Ok(events::import(&mut conn, event).await?)
 }

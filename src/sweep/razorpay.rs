@@ -23,7 +23,7 @@ use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
 use super::{Checkpoint, Mode, Summary};
-use crate::effects::Outcome;
+use crate::events::Outcome;
 use crate::ledger::{self, EntryKind};
 use crate::providers::is_identifier;
 use crate::providers::razorpay::{PROVIDER, listed_event};

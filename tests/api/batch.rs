@@ -9,31 +9,32 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use serde_json::Value;
 use sqlx::PgPool;
-use webhookd::effects::{self, Outcome};
+use webhookd::effects;
+use webhookd::events::Outcome;
 use webhookd::ingest::Wake;
 use webhookd::ingest::batch::{self, Answer};
-use webhookd::providers::{self, VerifiedEvent};
+use webhookd::providers::{self, Event};
 
 use crate::helpers::{charge, payment_intent_succeeded, spawn_app, until_waiting_on_locks};
 
-fn credit(event_id: &str, intent: &str, user_id: &str, amount: i64) -> VerifiedEvent {
+fn credit(event_id: &str, intent: &str, user_id: &str, amount: i64) -> Event {
     let body = payment_intent_succeeded(event_id, intent, user_id, amount);
     let event = stripe_event(event_id, "payment_intent.succeeded", body);
     assert!(effects::plan(&event).credit.is_some(), "a plain credit");
     event
 }
 
-fn stripe_event(event_id: &str, event_type: &str, body: String) -> VerifiedEvent {
-    providers::from_stored("stripe", event_id, event_type, Bytes::from(body))
+fn stripe_event(event_id: &str, event_type: &str, body: String) -> Event {
+    providers::Event::from_stored("stripe", event_id, event_type, Bytes::from(body))
         .expect("a well-formed event")
 }
 
 /// One transaction for `events`, without the one-by-one fallback.
 async fn try_batch(
     pool: &PgPool,
-    events: &[VerifiedEvent],
+    events: &[Event],
     wanted: impl Fn(usize) -> bool,
-) -> Result<Vec<Answer>, std::sync::Arc<sqlx::Error>> {
+) -> Result<Vec<Answer>, webhookd::ingest::Error> {
     batch::try_batch(pool, events, wanted, &Wake::Notify).await
 }
 
@@ -102,7 +103,7 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
 async fn concurrent_batches_of_overlapping_events_in_opposite_orders_apply_each_once(pool: PgPool) {
     let app = spawn_app(pool).await;
     // Forty events for eight wallets, in two batches of opposite order.
-    let forward: Vec<VerifiedEvent> = (0..40)
+    let forward: Vec<Event> = (0..40)
         .map(|n| {
             credit(
                 &format!("evt_o{n:02}"),
@@ -112,7 +113,7 @@ async fn concurrent_batches_of_overlapping_events_in_opposite_orders_apply_each_
             )
         })
         .collect();
-    let backward: Vec<VerifiedEvent> = forward.iter().rev().cloned().collect();
+    let backward: Vec<Event> = forward.iter().rev().cloned().collect();
     // Another session has claimed an event in the middle: both batches stop
     // there, each holding the claims it made so far, and go on together when
     // that session rolls back. Claiming in input order, they would deadlock.

@@ -6,21 +6,21 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use webhookd::effects::Outcome;
+use webhookd::events::Outcome;
 use webhookd::ingest::{self, Wake, batch};
-use webhookd::providers::{self, VerifiedEvent};
+use webhookd::providers::{self, Event};
 
 use crate::helpers::{
     TestApp, charge, invoice_paid, now, payment_intent_succeeded, spawn_app, subscription,
     until_waiting_on_locks,
 };
 
-fn stripe(event_id: &str, event_type: &str, body: String) -> VerifiedEvent {
-    providers::from_stored("stripe", event_id, event_type, Bytes::from(body))
+fn stripe(event_id: &str, event_type: &str, body: String) -> Event {
+    providers::Event::from_stored("stripe", event_id, event_type, Bytes::from(body))
         .expect("a well-formed event")
 }
 
-fn razorpay_captured(event_id: &str, payment: &str, user_id: &str, amount: i64) -> VerifiedEvent {
+fn razorpay_captured(event_id: &str, payment: &str, user_id: &str, amount: i64) -> Event {
     let body = json!({
         "entity": "event", "account_id": "acc_1", "event": "payment.captured",
         "contains": ["payment"], "created_at": now(),
@@ -30,7 +30,7 @@ fn razorpay_captured(event_id: &str, payment: &str, user_id: &str, amount: i64) 
             "created_at": now(),
         }}},
     });
-    providers::from_stored(
+    providers::Event::from_stored(
         "razorpay",
         event_id,
         "payment.captured",
@@ -42,7 +42,7 @@ fn razorpay_captured(event_id: &str, payment: &str, user_id: &str, amount: i64) 
 /// A history that needs every rule: a refund before its credit, two events
 /// for one payment intent, a charge after its credit, subscription events
 /// out of order, an invoice twice, a Razorpay capture, a malformed credit.
-fn history() -> Vec<VerifiedEvent> {
+fn history() -> Vec<Event> {
     let t = now();
     vec![
         stripe(
@@ -232,7 +232,7 @@ async fn batches_of_credits_and_refunds_over_shared_wallets_in_opposite_orders_n
 ) {
     let app = spawn_app(pool).await;
     // Six credits to refund later, over four wallets.
-    let credited: Vec<VerifiedEvent> = (0..6)
+    let credited: Vec<Event> = (0..6)
         .map(|n| {
             let id = format!("evt_c{n}");
             let body = payment_intent_succeeded(
@@ -265,7 +265,7 @@ async fn batches_of_credits_and_refunds_over_shared_wallets_in_opposite_orders_n
             forward.push(stripe(&id, "charge.refunded", body));
         }
     }
-    let backward: Vec<VerifiedEvent> = forward.iter().rev().cloned().collect();
+    let backward: Vec<Event> = forward.iter().rev().cloned().collect();
     // Another session holds the key of a credit in the middle: both batches
     // stop there holding their claims and the keys before it, and go on
     // together when it lets go. Out of one global order, they would deadlock.

@@ -32,10 +32,10 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use webhookd::effects::Outcome;
+use webhookd::events::Outcome;
 use webhookd::ingest::batch::BatchSettings;
 use webhookd::ingest::{self, Ingestor, Receipt, Wake};
-use webhookd::providers::VerifiedEvent;
+use webhookd::providers::{Event, testing};
 
 use crate::helpers::assert_consistent;
 use history::{History, MAX_EVENTS, Variant, history};
@@ -106,7 +106,7 @@ async fn every_history_through_the_concurrent_batcher_matches_one_event_per_tran
             history
                 .events
                 .iter()
-                .map(|event| ingestor.ingest(event.clone())),
+                .map(|event| ingestor.ingest(testing::assume_verified(event.clone()))),
         )
         .await;
         drop(ingestor);
@@ -335,7 +335,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 /// Consecutive slices of `events`, of the given sizes (the last one shorter).
-fn batches<'a>(events: &'a [VerifiedEvent], sizes: &[usize]) -> Vec<&'a [VerifiedEvent]> {
+fn batches<'a>(events: &'a [Event], sizes: &[usize]) -> Vec<&'a [Event]> {
     let mut rest = events;
     let mut batches = Vec::new();
     for &size in sizes {
@@ -364,7 +364,7 @@ async fn one_event_per_transaction(
     outcomes
 }
 
-fn outcome(event: &VerifiedEvent, answer: Result<Receipt, String>, context: &str) -> Outcome {
+fn outcome(event: &Event, answer: Result<Receipt, String>, context: &str) -> Outcome {
     match answer {
         Ok(receipt) => {
             assert_eq!(receipt.event_id, event.event_id(), "{context}");

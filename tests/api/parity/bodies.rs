@@ -3,28 +3,18 @@
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use webhookd::providers::{self, VerifiedEvent};
+use webhookd::providers::{self, Event};
 
 /// The events' own times count from here: fixed, so that a seed replays
 /// the same bodies on any day.
 pub(super) const T0: i64 = 1_767_225_600;
 
-pub(super) fn event(
-    provider: &str,
-    event_id: &str,
-    event_type: &str,
-    body: String,
-) -> VerifiedEvent {
-    providers::from_stored(provider, event_id, event_type, Bytes::from(body))
+pub(super) fn event(provider: &str, event_id: &str, event_type: &str, body: String) -> Event {
+    providers::Event::from_stored(provider, event_id, event_type, Bytes::from(body))
         .unwrap_or_else(|e| panic!("{provider} event {event_id} does not parse: {e}"))
 }
 
-pub(super) fn stripe_event(
-    event_id: &str,
-    event_type: &str,
-    created: i64,
-    object: Value,
-) -> VerifiedEvent {
+pub(super) fn stripe_event(event_id: &str, event_type: &str, created: i64, object: Value) -> Event {
     let body = json!({
         "id": event_id, "object": "event", "api_version": "2024-06-20", "created": created,
         "data": { "object": object }, "livemode": false, "pending_webhooks": 1,
@@ -61,7 +51,7 @@ pub(super) fn razorpay_event(
     event_type: &str,
     payload: Value,
     created: i64,
-) -> VerifiedEvent {
+) -> Event {
     let contains: Vec<String> = payload
         .as_object()
         .map_or(vec![], |p| p.keys().cloned().collect());

@@ -19,7 +19,7 @@ use std::fmt;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use serde_json::Value;
-use webhookd::providers::VerifiedEvent;
+use webhookd::providers::Event;
 
 use super::plan::plan;
 
@@ -43,7 +43,7 @@ pub enum Variant {
 /// A history: the events in arrival order.
 #[derive(Clone)]
 pub struct History {
-    pub events: Vec<VerifiedEvent>,
+    pub events: Vec<Event>,
 }
 
 impl fmt::Debug for History {

@@ -6,7 +6,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use serde_json::json;
-use webhookd::providers::VerifiedEvent;
+use webhookd::providers::Event;
 
 use super::bodies::{
     T0, event, payment_intent, razorpay_event, razorpay_payment_entity, stripe_charge, stripe_event,
@@ -224,7 +224,7 @@ impl Plan {
     }
 
     /// Every event once, in natural order.
-    pub(super) fn events(&self) -> Vec<VerifiedEvent> {
+    pub(super) fn events(&self) -> Vec<Event> {
         let mut events = Vec::new();
         for (n, payment) in self.stripe.iter().enumerate() {
             self.stripe_payment(n, payment, &mut events);
@@ -307,7 +307,7 @@ impl Plan {
         events
     }
 
-    fn stripe_payment(&self, n: usize, payment: &StripePayment, events: &mut Vec<VerifiedEvent>) {
+    fn stripe_payment(&self, n: usize, payment: &StripePayment, events: &mut Vec<Event>) {
         let (user, currency) = (self.user(payment.user), self.currency(payment.currency));
         let (intent, charge) = (format!("pi_{n}"), format!("ch_{n}"));
         let credit = payment_intent(&intent, &user, currency, payment.amount);
@@ -350,12 +350,7 @@ impl Plan {
         }
     }
 
-    fn razorpay_payment(
-        &self,
-        n: usize,
-        payment: &RazorpayPayment,
-        events: &mut Vec<VerifiedEvent>,
-    ) {
+    fn razorpay_payment(&self, n: usize, payment: &RazorpayPayment, events: &mut Vec<Event>) {
         let user = self.user(payment.user);
         let currency = self.currency(payment.currency).to_ascii_uppercase();
         let id = format!("pay_{n}");
@@ -397,7 +392,7 @@ impl Plan {
         }
     }
 
-    fn subscriptions(&self, events: &mut Vec<VerifiedEvent>) {
+    fn subscriptions(&self, events: &mut Vec<Event>) {
         let (user, changes) = &self.stripe_subscription;
         let user = self.user(*user);
         for (n, change) in changes.iter().enumerate() {
@@ -446,7 +441,7 @@ impl Plan {
         }
     }
 
-    fn malformed(&self, malformed: Malformed) -> VerifiedEvent {
+    fn malformed(&self, malformed: Malformed) -> Event {
         let overlong = "x".repeat(300);
         match malformed {
             Malformed::MissingUser => {

@@ -2,14 +2,12 @@
 //! wrong with the request; server errors say nothing internal. The full cause
 //! chain is logged once, inside the request span.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::db::{self, Failure};
+use crate::ingest;
 use crate::providers::SignatureError;
 use crate::telemetry;
 
@@ -22,27 +20,23 @@ pub enum ApiError {
     UnknownProvider,
     #[error(transparent)]
     Signature(#[from] SignatureError),
-    #[error("database unavailable")]
-    Unavailable(#[source] Arc<sqlx::Error>),
+    #[error("temporarily unavailable")]
+    Unavailable(#[source] ingest::Error),
     #[error("request timed out")]
     TimedOut,
     #[error("unexpected error")]
     Unexpected(#[source] anyhow::Error),
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(error: sqlx::Error) -> Self {
-        Arc::new(error).into()
-    }
-}
-
-/// The error of a batch, shared by its events.
-impl From<Arc<sqlx::Error>> for ApiError {
-    fn from(error: Arc<sqlx::Error>) -> Self {
-        match db::classify(&error) {
-            Failure::Transient => ApiError::Unavailable(error),
-            // Poison is recorded `rejected` by ingest: here only when that failed too.
-            Failure::Poison | Failure::Permanent => ApiError::Unexpected(error.into()),
+/// An event that was not applied: 503 when a retry can succeed (the
+/// provider retries), else 500. Poison never gets here: ingest records it
+/// `rejected`, unless recording it failed too.
+impl From<ingest::Error> for ApiError {
+    fn from(error: ingest::Error) -> Self {
+        if error.is_transient() {
+            ApiError::Unavailable(error)
+        } else {
+            ApiError::Unexpected(error.into())
         }
     }
 }
