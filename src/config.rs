@@ -15,11 +15,12 @@ mod drill;
 mod outbox;
 mod sources;
 mod sweep;
+pub use crate::secrets::{Secrets, parse_secrets};
 pub use commands::{EventsCommand, OutboxCommand, PruneArgs, RetentionArgs, SendArgs};
 pub use connections::ConnectionSettings;
 pub use drill::DrillArgs;
 pub use outbox::{OutboxOrder, OutboxSettings};
-pub use sources::{Secrets, SourceScheme, SourceSettings, parse_secrets, sources_from_env};
+pub use sources::{SourceScheme, SourceSettings, sources_from_env};
 pub use sweep::{
     Against, ImportArgs, ImportSource, PeriodicSweepArgs, RazorpayApiArgs, RazorpaySweepArgs,
     ReconcileArgs, StripeApiArgs, StripeSweepArgs, SweepCommand,
@@ -214,15 +215,34 @@ pub struct ServeSettings {
     pub outbox: OutboxSettings,
 }
 
+/// `serve` alone, as its arguments are parsed.
+#[derive(Parser)]
+struct ServeOnly {
+    #[command(flatten)]
+    serve: ServeSettings,
+}
+
+impl ServeSettings {
+    /// The settings of `webhookd` run without a subcommand, which means
+    /// `webhookd serve`: the command line's defaults, overridden by the
+    /// environment (`WEBHOOKD_*`, the secrets).
+    pub fn from_env() -> Self {
+        ServeOnly::parse_from(["webhookd"]).serve
+    }
+}
+
+/// The command line's defaults, whatever the environment holds: an exported
+/// `WEBHOOKD_*` never changes what a test or an embedding program gets.
 impl Default for ServeSettings {
     fn default() -> Self {
-        // The same defaults as the command line, so `webhookd` alone means `webhookd serve`.
-        #[derive(Parser)]
-        struct Only {
-            #[command(flatten)]
-            serve: ServeSettings,
-        }
-        Only::parse_from(["webhookd"]).serve
+        use clap::{CommandFactory, FromArgMatches};
+        let command = ServeOnly::command().mut_args(|arg| arg.env(None::<&str>));
+        let matches = command
+            .try_get_matches_from(["webhookd"])
+            .expect("every serve setting has a default");
+        ServeOnly::from_arg_matches(&matches)
+            .expect("the defaults parse")
+            .serve
     }
 }
 
@@ -246,6 +266,29 @@ mod tests {
     fn an_empty_secret_list_means_not_configured() {
         assert!(parse_secrets("").unwrap().is_empty());
         assert!(parse_secrets(" , ").unwrap().is_empty());
+    }
+
+    /// Runs [`defaults_in_a_child`] in a child process whose environment
+    /// sets a variable: the environment of this process stays untouched.
+    #[test]
+    fn serve_defaults_ignore_the_environment() {
+        let exe = std::env::current_exe().unwrap();
+        let status = std::process::Command::new(exe)
+            .args(["--exact", "config::tests::defaults_in_a_child", "--quiet"])
+            .env("WEBHOOKD_TOLERANCE_SECS", "7")
+            .env("WEBHOOKD_TEST_CHILD", "1")
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn defaults_in_a_child() {
+        if std::env::var_os("WEBHOOKD_TEST_CHILD").is_none() {
+            return;
+        }
+        assert_eq!(ServeSettings::default().tolerance_secs, 300);
+        assert_eq!(ServeSettings::from_env().tolerance_secs, 7);
     }
 
     #[test]

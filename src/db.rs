@@ -7,32 +7,46 @@ use sqlx::Connection;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
-use crate::config::DatabaseSettings;
+use secrecy::{ExposeSecret, SecretString};
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// How to reach the database and size the pool.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A Postgres connection string: it may hold a password.
+    pub url: SecretString,
+    /// Most connections the pool opens (at least 1).
+    pub max_connections: u32,
+    /// How long a caller waits for a pooled connection.
+    pub acquire_timeout: Duration,
+    /// Postgres cancels any statement that runs longer, and ends any
+    /// transaction left idle that long. Migrations are exempt.
+    pub statement_timeout: Duration,
+}
+
 /// Opens the pool lazily: the server starts (and `/readyz` answers 503) even
 /// while the database is still coming up.
-pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
-    let millis = settings.db_statement_timeout.as_millis().max(1).to_string();
-    let options = connect_options(settings)?.options([
+pub fn pool(options: &Options) -> anyhow::Result<PgPool> {
+    let millis = options.statement_timeout.as_millis().max(1).to_string();
+    let connect = connect_options(&options.url)?.options([
         ("statement_timeout", millis.as_str()),
         ("idle_in_transaction_session_timeout", millis.as_str()),
     ]);
     Ok(PgPoolOptions::new()
-        .max_connections(settings.db_max_connections.max(1))
+        .max_connections(options.max_connections.max(1))
         // No round trip to ping each connection handed out: a broken one
         // fails its statement, which answers 503 (retried) and is replaced.
         .test_before_acquire(false)
-        .acquire_timeout(settings.db_acquire_timeout)
+        .acquire_timeout(options.acquire_timeout)
         .idle_timeout(Some(Duration::from_secs(300)))
-        .connect_lazy_with(options))
+        .connect_lazy_with(connect))
 }
 
-fn connect_options(settings: &DatabaseSettings) -> anyhow::Result<PgConnectOptions> {
-    let options: PgConnectOptions = settings
-        .url()?
+fn connect_options(url: &SecretString) -> anyhow::Result<PgConnectOptions> {
+    let options: PgConnectOptions = url
+        .expose_secret()
         .parse()
         .map_err(|_| anyhow::anyhow!("DATABASE_URL is not a valid Postgres connection string"))?;
     Ok(options.application_name("webhookd"))
@@ -40,8 +54,8 @@ fn connect_options(settings: &DatabaseSettings) -> anyhow::Result<PgConnectOptio
 
 /// Applies pending migrations on a connection of their own, free of the
 /// pool's statement timeout.
-pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<()> {
-    let mut conn = PgConnection::connect_with(&connect_options(settings)?).await?;
+pub async fn migrate(options: &Options) -> anyhow::Result<()> {
+    let mut conn = PgConnection::connect_with(&connect_options(&options.url)?).await?;
     MIGRATOR.run(&mut conn).await?;
     conn.close().await?;
     Ok(())

@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod outbox;
 pub mod payments;
 pub mod providers;
+pub mod secrets;
 pub mod sinks;
 pub mod startup;
 pub mod subscriptions;

@@ -6,7 +6,7 @@ use sqlx::PgPool;
 
 use crate::clock::Clock;
 use crate::config::{Cli, Command, DatabaseSettings, ServeSettings};
-use crate::{db, startup};
+use crate::startup;
 
 /// Runs the command `cli` names (`serve` when none), writing its answer to
 /// stdout.
@@ -14,15 +14,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let out = &mut std::io::stdout();
     let database = &cli.database;
     match cli.command {
-        None => startup::serve(ServeSettings::default(), database, db::pool(database)?).await,
+        None => {
+            startup::serve(
+                ServeSettings::from_env(),
+                database,
+                startup::pool(database)?,
+            )
+            .await
+        }
         Some(Command::Serve(settings)) => {
-            startup::serve(*settings, database, db::pool(database)?).await
+            startup::serve(*settings, database, startup::pool(database)?).await
         }
         Some(Command::Send(args)) => super::send::run(&args, out).await,
         Some(Command::Drill(args)) => {
             // Verification is optional: only with a database to look in.
             let pool = match database.url() {
-                Ok(_) => Some(db::pool(database)?),
+                Ok(_) => Some(startup::pool(database)?),
                 Err(_) => None,
             };
             let passed = super::drill::run(&args, pool.as_ref(), out).await?;
@@ -34,7 +41,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             super::healthcheck(&url, out).await
         }
         Some(Command::Migrate) => {
-            db::migrate(database).await.context("migrations failed")?;
+            startup::migrate(database)
+                .await
+                .context("migrations failed")?;
             tracing::info!("migrations applied");
             Ok(())
         }
@@ -97,7 +106,7 @@ async fn with_pool<T>(
     database: &DatabaseSettings,
     command: impl AsyncFnOnce(&PgPool) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let pool = db::pool(database)?;
+    let pool = startup::pool(database)?;
     let result = command(&pool).await;
     pool.close().await;
     result

@@ -1,9 +1,8 @@
 //! Generic sources (`WEBHOOKD_SOURCE_<NAME>_*`) and secret lists.
 
-use std::fmt;
-
 use clap::ValueEnum;
-use secrecy::SecretString;
+
+use crate::secrets::{Secrets, parse_secrets};
 
 /// A generic source mounted at `POST /webhooks/<name>`.
 #[derive(Debug, Clone)]
@@ -69,47 +68,4 @@ pub fn sources_from_env(
         });
     }
     Ok(sources)
-}
-
-/// A list of signing secrets. Debug output never shows them.
-#[derive(Clone, Default)]
-pub struct Secrets(Vec<SecretString>);
-
-impl Secrets {
-    pub fn new<I, S>(secrets: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Secrets(
-            secrets
-                .into_iter()
-                .map(|s| SecretString::from(s.into()))
-                .collect(),
-        )
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &SecretString> {
-        self.0.iter()
-    }
-}
-
-impl fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secrets([{} redacted])", self.0.len())
-    }
-}
-
-/// Comma-separated secrets; blanks around each are trimmed, empty items dropped.
-pub fn parse_secrets(raw: &str) -> Result<Secrets, String> {
-    Ok(Secrets::new(
-        raw.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned),
-    ))
 }

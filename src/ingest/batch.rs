@@ -15,7 +15,7 @@
 //! - a failing event never fails its neighbours: when the batch fails, its
 //!   events are applied again one by one, each in its own transaction, in
 //!   arrival order among those that share a key (the one fallback,
-//!   [`one_by_one`]);
+//!   [`fallback::one_by_one`]);
 //! - a request that gave up (answered 503) before its batch began to commit
 //!   is never committed: the batch rolls back and runs again without it (one
 //!   that gives up while the commit is in flight may still be committed; its
@@ -23,18 +23,18 @@
 //! - locks are taken in one global order ([`super::engine`]), so batches
 //!   cannot deadlock with each other or with one-event transactions.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use futures_util::future::join_all;
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::engine::{self, Wake};
+use super::fallback;
 use super::{Receipt, receipt};
 use crate::providers::Event;
-use crate::{effects, ledger, telemetry};
 
 use super::Error;
 
@@ -72,12 +72,15 @@ struct Job {
 pub struct Batcher {
     queue: mpsc::Sender<Job>,
     stats: Arc<BatchStats>,
+    closed: CancellationToken,
 }
 
 impl Batcher {
-    /// Starts the dispatcher. It stops once every clone of the batcher is
-    /// dropped and the queue is empty; batches already running finish.
-    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake) -> Self {
+    /// Starts the dispatcher on `tasks`, where its batches run too. It stops
+    /// once every clone of the batcher is dropped and the queue is empty, or
+    /// at [`Batcher::close`]; batches already running finish: waiting for
+    /// `tasks` waits for them.
+    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake, tasks: &TaskTracker) -> Self {
         let settings = BatchSettings {
             max_events: settings.max_events.max(1),
             concurrency: settings.concurrency.max(1),
@@ -88,9 +91,21 @@ impl Batcher {
             pool,
             wake,
             stats: stats.clone(),
+            tasks: tasks.clone(),
         };
-        tokio::spawn(dispatch(batches, jobs, settings));
-        Batcher { queue, stats }
+        let closed = CancellationToken::new();
+        tasks.spawn(dispatch(batches, jobs, settings, closed.clone()));
+        Batcher {
+            queue,
+            stats,
+            closed,
+        }
+    }
+
+    /// Stops the dispatcher: events queued and not yet in a batch, and any
+    /// submitted later, are answered [`Error::ShuttingDown`].
+    pub fn close(&self) {
+        self.closed.cancel();
     }
 
     pub fn stats(&self) -> &BatchStats {
@@ -115,17 +130,26 @@ struct Batches {
     pool: PgPool,
     wake: Wake,
     stats: Arc<BatchStats>,
+    /// Where batches run.
+    tasks: TaskTracker,
 }
 
-async fn dispatch(batches: Batches, mut jobs: mpsc::Receiver<Job>, settings: BatchSettings) {
+async fn dispatch(
+    batches: Batches,
+    mut jobs: mpsc::Receiver<Job>,
+    settings: BatchSettings,
+    closed: CancellationToken,
+) {
     let executors = Arc::new(Semaphore::new(settings.concurrency));
     loop {
         // Queue while every executor is busy: the next batch takes it all.
-        let Ok(executor) = executors.clone().acquire_owned().await else {
-            return;
-        };
-        let Some(first) = jobs.recv().await else {
-            return;
+        let (executor, first) = tokio::select! {
+            biased;
+            () = closed.cancelled() => break,
+            next = next_batch(&executors, &mut jobs) => match next {
+                Some(next) => next,
+                None => break,
+            },
         };
         let mut batch = vec![first];
         while batch.len() < settings.max_events {
@@ -134,8 +158,22 @@ async fn dispatch(batches: Batches, mut jobs: mpsc::Receiver<Job>, settings: Bat
                 Err(_) => break,
             }
         }
-        tokio::spawn(run(batches.clone(), batch, Some(executor)));
+        batches
+            .tasks
+            .spawn(run(batches.clone(), batch, Some(executor)));
     }
+    // Whatever is still queued is dropped unanswered: its requests hear
+    // `ShuttingDown`, and so do later ones.
+    jobs.close();
+}
+
+/// A free executor and the first job for it; `None` once the queue is closed.
+async fn next_batch(
+    executors: &Arc<Semaphore>,
+    jobs: &mut mpsc::Receiver<Job>,
+) -> Option<(OwnedSemaphorePermit, Job)> {
+    let executor = executors.clone().acquire_owned().await.ok()?;
+    Some((executor, jobs.recv().await?))
 }
 
 async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePermit>) {
@@ -177,122 +215,9 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
                 .into_iter()
                 .map(|reply| reply.into_inner().expect("never poisoned"));
             let pending = events.iter().zip(replies).collect();
-            one_by_one(&batches, pending, &error).await;
+            fallback::one_by_one(&batches.pool, &batches.wake, pending, &error).await;
         }
     }
-}
-
-/// The one fallback, after a failed batch: each event whose request still
-/// waits in a transaction of its own ([`super::ingest`]: data the database
-/// refuses rejects that event alone), answered as soon as it is done. A
-/// request that gives up meanwhile has its transaction dropped, so that its
-/// 503 leaves nothing behind. Not when the database itself is lost: one by
-/// one would only wait for it again.
-///
-/// Events that share a key (an event id, a payment, a subscription, an
-/// invoice, a wallet: [`effects::plan`]) run in arrival order, one after
-/// the other, so a failed batch ends as it would have committed; groups
-/// that share nothing run concurrently, at most [`FALLBACK_GROUPS`] at once,
-/// so one hot key holds one connection, never the pool.
-async fn one_by_one(batches: &Batches, pending: Vec<Pending<'_>>, error: &Error) {
-    if error.is_connection_failure() {
-        for (_, reply) in pending {
-            if let Some(reply) = reply {
-                let _ = reply.send(Err(error.clone()));
-            }
-        }
-        return;
-    }
-    tracing::warn!(
-        error = %telemetry::bounded_to(&error.to_string(), telemetry::MAX_LOGGED_ERROR_BYTES),
-        events = pending.len(),
-        "a batch failed: applying its events one by one"
-    );
-    let groups = Semaphore::new(FALLBACK_GROUPS);
-    let one = |event: &Event, reply: Option<oneshot::Sender<Answer>>| {
-        let (pool, wake) = (&batches.pool, &batches.wake);
-        let event = event.clone();
-        async move {
-            let Some(mut reply) = reply.filter(|reply| !reply.is_closed()) else {
-                return;
-            };
-            tokio::select! {
-                answer = super::ingest_waking(pool, &event, wake) => {
-                    let _ = reply.send(answer);
-                }
-                () = reply.closed() => {}
-            }
-        }
-    };
-    let mut by_group: Vec<Vec<Pending<'_>>> = Vec::new();
-    let group_of = sharing_groups(pending.iter().map(|(event, _)| *event));
-    for ((event, reply), group) in pending.into_iter().zip(group_of) {
-        if by_group.len() <= group {
-            by_group.resize_with(group + 1, Vec::new);
-        }
-        by_group[group].push((event, reply));
-    }
-    join_all(by_group.into_iter().map(|group| {
-        let (groups, one) = (&groups, &one);
-        async move {
-            let Ok(_turn) = groups.acquire().await else {
-                return;
-            };
-            for (event, reply) in group {
-                one(event, reply).await;
-            }
-        }
-    }))
-    .await;
-}
-
-/// An event of a failed batch and its reply, if its request still waits.
-type Pending<'a> = (&'a Event, Option<oneshot::Sender<Answer>>);
-
-/// How many groups of a failed batch are applied at once.
-const FALLBACK_GROUPS: usize = 4;
-
-/// The group of each event: events that share an event id or any key of
-/// their plans are in one group. Groups are numbered in order of their
-/// first event.
-fn sharing_groups<'a>(events: impl Iterator<Item = &'a Event>) -> Vec<usize> {
-    let mut owner: HashMap<String, usize> = HashMap::new();
-    let mut parent: Vec<usize> = Vec::new();
-    fn root(parent: &mut [usize], mut i: usize) -> usize {
-        while parent[i] != i {
-            parent[i] = parent[parent[i]];
-            i = parent[i];
-        }
-        i
-    }
-    for (i, event) in events.enumerate() {
-        parent.push(i);
-        let plan = effects::plan(event);
-        let keys = plan
-            .keys
-            .into_iter()
-            .chain(plan.wallets.iter().map(|(u, c)| ledger::wallet_key(u, c)))
-            .chain([format!("{}:{}", event.provider(), event.event_id())]);
-        for key in keys {
-            match owner.get(&key) {
-                Some(&other) => {
-                    let (a, b) = (root(&mut parent, other), root(&mut parent, i));
-                    parent[a.max(b)] = a.min(b);
-                }
-                None => {
-                    owner.insert(key, i);
-                }
-            }
-        }
-    }
-    let mut numbers: HashMap<usize, usize> = HashMap::new();
-    (0..parent.len())
-        .map(|i| {
-            let group = root(&mut parent, i);
-            let next = numbers.len();
-            *numbers.entry(group).or_insert(next)
-        })
-        .collect()
 }
 
 /// The batch alone, without the fallback: one transaction for every wanted
@@ -350,12 +275,13 @@ fn abandoned() -> Answer {
 /// Applies `events` as one batch, in order, and answers each: the batch
 /// path without the dispatcher, for callers that form their own batches (a
 /// sweep's page, a test). When the batch fails, its events are applied one
-/// by one ([`one_by_one`]).
+/// by one ([`fallback::one_by_one`]).
 pub async fn apply(pool: &PgPool, events: &[Event], wake: Wake) -> Vec<Answer> {
     let batches = Batches {
         pool: pool.clone(),
         wake,
         stats: Arc::default(),
+        tasks: TaskTracker::new(),
     };
     let (jobs, answers): (Vec<Job>, Vec<_>) = events
         .iter()

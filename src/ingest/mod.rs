@@ -7,9 +7,11 @@
 pub mod batch;
 mod engine;
 mod error;
+mod fallback;
 
 use serde::Serialize;
 use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
 
 use crate::effects;
 use crate::events::{self, Claim, Outcome};
@@ -26,12 +28,19 @@ pub struct Ingestor {
 }
 
 impl Ingestor {
-    /// Starts the batch dispatcher: call inside the Tokio runtime. `wake`
-    /// is how the drainer hears of new outbox rows.
-    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake) -> Self {
+    /// Starts the batch dispatcher on `tasks` (call inside the Tokio
+    /// runtime): shutdown waits for them once the ingestor is dropped.
+    /// `wake` is how the drainer hears of new outbox rows.
+    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake, tasks: &TaskTracker) -> Self {
         Ingestor {
-            batcher: Batcher::start(pool, settings, wake),
+            batcher: Batcher::start(pool, settings, wake, tasks),
         }
+    }
+
+    /// Stops taking events (shutdown, once the server stopped): later ones
+    /// are answered [`Error::ShuttingDown`]; batches running finish.
+    pub fn close(&self) {
+        self.batcher.close();
     }
 
     pub fn batch_stats(&self) -> &batch::BatchStats {

@@ -193,7 +193,9 @@ impl Drainer {
         if let Err(error) = Pipeline::new(&self, Mode::Continuous).run(grace).await {
             tracing::error!(error = %error, "outbox drainer failed");
         }
+        // Stopped and waited for: nothing of the drainer outlives `run`.
         listener.abort();
+        let _ = listener.await;
         tracing::info!("outbox drainer stopped");
     }
 }

@@ -11,7 +11,7 @@ use super::{
     Keys, SignatureError, Verify, identifier_header, lower_hex_32, required_header, source_event,
 };
 use super::{VerifiedEvent, verified};
-use crate::config::Secrets;
+use crate::secrets::Secrets;
 
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
 

@@ -16,7 +16,7 @@ use super::{
     Keys, Kind, SignatureError, UNKNOWN_TYPE, Verify, Via, header, is_identifier, is_unix_time,
     lower_hex_32, parse_object, required_header,
 };
-use crate::config::Secrets;
+use crate::secrets::Secrets;
 
 pub const PROVIDER: &str = "razorpay";
 pub const SIGNATURE_HEADER: &str = "x-razorpay-signature";

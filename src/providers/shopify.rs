@@ -13,7 +13,7 @@ use super::{
     source_event,
 };
 use super::{VerifiedEvent, verified};
-use crate::config::Secrets;
+use crate::secrets::Secrets;
 
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
 

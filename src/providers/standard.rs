@@ -19,7 +19,7 @@ use super::{
     parse_timestamp, required_header, source_event,
 };
 use super::{VerifiedEvent, verified};
-use crate::config::Secrets;
+use crate::secrets::Secrets;
 
 #[derive(Debug)]
 pub struct StandardVerifier {

@@ -17,7 +17,7 @@ use super::{
     HmacSha256, Keys, Kind, SignatureError, Verify, Via, check_tolerance, is_identifier,
     is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
 };
-use crate::config::Secrets;
+use crate::secrets::Secrets;
 
 pub const PROVIDER: &str = "stripe";
 pub const SIGNATURE_HEADER: &str = "stripe-signature";

@@ -9,6 +9,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use webhookd::clock::Clock;
 use webhookd::config::ServeSettings;
 use webhookd::http::{AppState, health};
@@ -179,6 +180,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
             pool.clone(),
             startup::batch_settings(&ServeSettings::default()),
             Wake::Notify,
+            &TaskTracker::new(),
         ),
         pool,
         providers: Providers::default(),
@@ -201,6 +203,7 @@ async fn readiness_is_503_before_migrations(pool: PgPool) {
             pool.clone(),
             startup::batch_settings(&ServeSettings::default()),
             Wake::Notify,
+            &TaskTracker::new(),
         ),
         pool,
         providers: Providers::default(),

@@ -25,6 +25,7 @@ mod settled;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
+use tokio_util::task::TaskTracker;
 
 use futures_util::future::join_all;
 use proptest::collection::vec;
@@ -101,6 +102,7 @@ async fn every_history_through_the_concurrent_batcher_matches_one_event_per_tran
                 concurrency,
             },
             Wake::Notify,
+            &TaskTracker::new(),
         );
         let answers = join_all(
             history

@@ -1,0 +1,222 @@
+//! The event the ingest engine applies, and the sealed [`VerifiedEvent`]
+//! that only signature verification makes.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{SignatureError, UNKNOWN_TYPE, is_identifier, parse_object, payload, razorpay, stripe};
+
+/// Whose effects table applies to an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Stripe,
+    Razorpay,
+    /// A configured generic source: verified, deduped, forwarded.
+    Source,
+}
+
+/// How an event reached webhookd: the `received_via` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A delivery to `POST /webhooks/{provider}`, its signature checked.
+    Webhook,
+    /// Listed by the provider's API over TLS with our key (`webhookd sweep`).
+    Sweep,
+    /// Recorded without effects by `webhookd import`.
+    Import,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Webhook => "webhook",
+            Via::Sweep => "sweep",
+            Via::Import => "import",
+        }
+    }
+}
+
+/// An event's parsed envelope and the exact bytes it was read from: what
+/// the ingest engine applies. It comes from one of three named paths:
+/// - a delivery whose signature checked out ([`VerifiedEvent`], the only
+///   way the webhook routes reach the engine);
+/// - a provider's API listing, read over TLS with our key (the sweep's
+///   `listed_event` of [`stripe`] and [`razorpay`]);
+/// - a row this service verified and stored itself ([`Event::from_stored`]:
+///   deferred events, replays; tests and benches build theirs this way).
+///
+/// Only `providers` builds one.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub(super) provider: Arc<str>,
+    pub(super) kind: Kind,
+    pub(super) event_id: String,
+    pub(super) event_type: String,
+    pub(super) created: Option<i64>,
+    pub(super) object: Value,
+    pub(super) raw: Bytes,
+    /// What to store instead of `raw` when `raw` cannot be stored as is.
+    pub(super) stored: Option<String>,
+    pub(super) via: Via,
+}
+
+impl Event {
+    /// The provider (or generic source) name: the `provider` column.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    pub fn event_id(&self) -> &str {
+        &self.event_id
+    }
+
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The event's own time (Unix seconds), as the provider stamped it.
+    pub fn created(&self) -> Option<i64> {
+        self.created
+    }
+
+    /// What the event is about: Stripe's `data.object`, Razorpay's `payload`
+    /// (its entities by name), a generic source's whole body.
+    pub fn object(&self) -> &Value {
+        &self.object
+    }
+
+    /// How the event reached us.
+    pub fn via(&self) -> Via {
+        self.via
+    }
+
+    /// The same event, recorded as arriving `via` (an API listing's event
+    /// imported rather than applied, say).
+    pub fn arrived_via(self, via: Via) -> Self {
+        Event { via, ..self }
+    }
+
+    /// The exact bytes that were verified.
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The payload to keep for audit and replay: the verified bytes, unless
+    /// Postgres `jsonb` cannot hold them as sent (a NUL character, a number
+    /// `numeric` cannot hold); then serde_json's reading of them, with each
+    /// NUL replaced by U+FFFD ([`normalised`]).
+    pub fn stored_payload(&self) -> &str {
+        match &self.stored {
+            Some(stored) => stored,
+            // Every event is built from a body `parse_object` read as UTF-8.
+            None => std::str::from_utf8(&self.raw).expect("an event's body is UTF-8"),
+        }
+    }
+}
+
+/// A delivery whose signature was checked on its exact raw bytes, its
+/// envelope parsed afterwards. Only [`Verify::verify`] makes one: nothing
+/// else in the crate, and nothing outside it, can.
+#[derive(Debug, Clone)]
+pub struct VerifiedEvent(Event);
+
+impl VerifiedEvent {
+    pub fn into_event(self) -> Event {
+        self.0
+    }
+}
+
+impl std::ops::Deref for VerifiedEvent {
+    type Target = Event;
+
+    fn deref(&self) -> &Event {
+        &self.0
+    }
+}
+
+/// Seals a verified delivery; the schemes' `verify` call it last.
+pub(super) fn verified(event: Event) -> VerifiedEvent {
+    VerifiedEvent(event)
+}
+
+/// A generic source's event: the whole verified body is its object. Its type
+/// comes from a header, else (`None`) from the body's `type`, else it is
+/// [`UNKNOWN_TYPE`].
+pub(crate) fn source_event(
+    provider: &Arc<str>,
+    event_id: String,
+    event_type: Option<String>,
+    created: Option<i64>,
+    body: &Bytes,
+) -> Result<Event, SignatureError> {
+    let json = parse_object(body)?;
+    // The signature and the id are good: a missing type is no reason for the
+    // sender to retry forever, so the event is forwarded as `unknown`.
+    let event_type = match (event_type, json.fields.get("type")) {
+        (Some(header), _) => header,
+        (None, Some(Value::String(kind))) if is_identifier(kind) => kind.clone(),
+        (None, _) => UNKNOWN_TYPE.to_owned(),
+    };
+    // The object is what the outbox forwards: stored, so NUL-free.
+    let mut object = Value::Object(json.fields);
+    if json.stored.is_some() {
+        payload::scrub(&mut object);
+    }
+    Ok(Event {
+        provider: provider.clone(),
+        kind: Kind::Source,
+        event_id,
+        event_type,
+        created,
+        object,
+        raw: body.clone(),
+        stored: json.stored,
+        via: Via::Webhook,
+    })
+}
+
+impl Event {
+    /// Rebuilds an event that this service verified and stored itself (a
+    /// deferred event, or a replay) from its stored row. Any provider name
+    /// other than the built-in ones is a generic source. The bytes are
+    /// parsed, never verified: only rows this service wrote, or a test's
+    /// own bodies, belong here.
+    pub fn from_stored(
+        provider: &str,
+        event_id: &str,
+        event_type: &str,
+        payload: Bytes,
+    ) -> Result<Event, SignatureError> {
+        match provider {
+            stripe::PROVIDER => stripe::parse_event(&payload),
+            razorpay::PROVIDER => razorpay::parse_event(&payload, Some(event_id)),
+            source => source_event(
+                &Arc::from(source),
+                event_id.to_owned(),
+                Some(event_type.to_owned()),
+                None,
+                &payload,
+            ),
+        }
+    }
+}
+
+/// For this crate's tests and benches only (the `test-support` feature,
+/// which a build of the service never enables): a [`VerifiedEvent`] without
+/// a signature, for tests of what happens after verification (the batcher,
+/// say). Tests of verification itself sign their deliveries.
+#[cfg(feature = "test-support")]
+pub mod testing {
+    use super::{Event, VerifiedEvent, verified};
+
+    /// Seals `event` as if its delivery's signature had checked out.
+    pub fn assume_verified(event: Event) -> VerifiedEvent {
+        verified(event)
+    }
+}

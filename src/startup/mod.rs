@@ -1,0 +1,185 @@
+//! Wires configuration, the pool and the router into a running server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::Clock;
+use crate::config::{self, DatabaseSettings, ServeSettings};
+use crate::http::metrics::{Metrics, WorkerStats};
+use crate::http::serve::{self, ConnectionLimits};
+use crate::http::{self, AppState, Limits};
+use crate::ingest::{Ingestor, Wake};
+use crate::providers::Providers;
+
+mod settings;
+mod workers;
+
+use settings::connection_limits;
+pub use settings::{batch_settings, database_options, migrate, pool, providers_settings, validate};
+pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper};
+
+/// What the workers of this process (its drainer, its sweep) share with the
+/// API.
+#[derive(Debug, Default)]
+pub struct Workers {
+    /// Their counters, for `/metrics`.
+    pub stats: WorkerStats,
+    /// How ingest wakes the drainer: in process when it lives here, else
+    /// `pg_notify` for drainers elsewhere.
+    pub wake: Wake,
+    /// Where the ingest batches run: shutdown waits for them.
+    pub tasks: TaskTracker,
+}
+
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    connections: ConnectionLimits,
+    shutdown: CancellationToken,
+    grace: Duration,
+    /// Closed once the server stopped, so that shutdown can wait for its
+    /// batches even while a connection outlives the grace period.
+    ingestor: Ingestor,
+}
+
+impl Application {
+    /// Binds the listener (port 0 picks a free one) and builds the router.
+    /// `workers`: what this process's drainer and sweep share with the API.
+    pub async fn build(
+        settings: &ServeSettings,
+        pool: PgPool,
+        clock: Clock,
+        shutdown: CancellationToken,
+        workers: Workers,
+    ) -> anyhow::Result<Self> {
+        let providers = Providers::from_settings(&providers_settings(settings))?;
+        if providers.names().is_empty() {
+            tracing::warn!("no provider has a secret configured: every /webhooks/... answers 404");
+        }
+        tracing::info!(providers = ?providers.names(), "mounted providers");
+        let ingestor = Ingestor::start(
+            pool.clone(),
+            batch_settings(settings),
+            workers.wake,
+            &workers.tasks,
+        );
+        let state = AppState {
+            ingestor: ingestor.clone(),
+            pool,
+            providers,
+            metrics: Arc::new(Metrics::new(workers.stats)),
+            clock,
+            shutdown: shutdown.clone(),
+        };
+        let limits = Limits {
+            max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
+            request_timeout: settings.request_timeout,
+        };
+        let connections = connection_limits(settings, &state.pool);
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        Ok(Application {
+            listener,
+            router: http::router(state, limits, settings.role.serves_webhooks()),
+            connections,
+            shutdown,
+            grace: settings.shutdown_grace,
+            ingestor,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until the shutdown token is cancelled, then stops accepting and
+    /// lets in-flight requests finish, for at most the grace period.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        tracing::info!(address = %self.local_addr(), "listening");
+        serve::serve(
+            self.listener,
+            self.router,
+            self.connections,
+            self.shutdown,
+            self.grace,
+        )
+        .await;
+        self.ingestor.close();
+        Ok(())
+    }
+}
+
+/// `webhookd serve`: migrate, then run the drainer and the periodic sweep
+/// (when this process drains) and the HTTP server until a signal stops them.
+pub async fn serve(
+    mut settings: ServeSettings,
+    database: &DatabaseSettings,
+    pool: sqlx::PgPool,
+) -> anyhow::Result<()> {
+    settings.sources = config::sources_from_env(
+        // Only our own variables; others need not even be valid Unicode.
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    )?;
+    validate(&settings, database)?;
+    migrate(database)
+        .await
+        .context("migrations failed at start-up")?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let tasks = TaskTracker::new();
+    let mut workers = Workers {
+        tasks: tasks.clone(),
+        ..Workers::default()
+    };
+    if settings.role.drains() {
+        let drainer = drainer(&settings, pool.clone(), Clock::System)?;
+        workers.stats.deliveries = Some(drainer.stats().clone());
+        // Ingest wakes this drainer directly; LISTEN still hears ingest in
+        // other processes (the API role).
+        workers.wake = Wake::InProcess(drainer.waker());
+        tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
+        if let Some(sweeper) = sweeper(&settings, pool.clone(), Clock::System)? {
+            workers.stats.sweeps = Some(sweeper.stats.clone());
+            tasks.spawn(sweeper.run(shutdown.clone()));
+        }
+    }
+    let clock = Clock::System;
+    let app = Application::build(&settings, pool.clone(), clock, shutdown.clone(), workers).await?;
+    let served = app.run_until_stopped().await;
+    // Whatever stopped the server stops the drainer too (soft stop, then hard).
+    shutdown.cancel();
+    tasks.close();
+    tasks.wait().await;
+    pool.close().await;
+    tracing::info!("stopped");
+    served
+}
+
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces exit.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("can install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutdown requested: finishing in-flight requests");
+    shutdown.cancel();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(130);
+}

@@ -1,0 +1,135 @@
+//! The configuration mapped into each part's own settings, and the one
+//! place where the configuration of `serve` is checked as a whole
+//! ([`validate`]). The parts never read the configuration themselves.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::PgPool;
+
+use crate::config::{DatabaseSettings, ServeSettings, SourceScheme};
+use crate::db;
+use crate::http::serve::{self, ConnectionLimits};
+use crate::ingest::batch::BatchSettings;
+use crate::outbox::worker::LEASE_MARGIN;
+use crate::providers::{self, Providers};
+
+/// Checks everything about the configuration of `serve` that can be checked
+/// before anything starts, and reports every problem at once, one a line.
+pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow::Result<()> {
+    let mut problems: Vec<String> = Vec::new();
+    if let Err(error) = database_options(database) {
+        problems.push(error.to_string());
+    }
+    if let Err(error) = Providers::from_settings(&providers_settings(settings)) {
+        problems.push(format!("{error:#}"));
+    }
+    let outbox = &settings.outbox;
+    if settings.role.drains() {
+        if set(&outbox.sink_url).is_some() && set(&outbox.sink_secret).is_none() {
+            problems.push("WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not".into());
+        }
+        // A delivery only starts with its whole timeout and a margin left
+        // on the lease (counted in whole seconds).
+        if outbox.outbox_lease <= outbox.sink_timeout + LEASE_MARGIN + Duration::from_secs(1) {
+            problems.push(
+                "WEBHOOKD_OUTBOX_LEASE must exceed WEBHOOKD_SINK_TIMEOUT by more than 3 s".into(),
+            );
+        }
+    }
+    match problems.as_slice() {
+        [] => Ok(()),
+        [one] => anyhow::bail!("invalid configuration: {one}"),
+        many => anyhow::bail!("invalid configuration:\n  - {}", many.join("\n  - ")),
+    }
+}
+
+/// An optional secret, where an empty value (as `${VAR:-}` in compose
+/// files gives) means unset.
+pub(super) fn set(value: &Option<SecretString>) -> Option<SecretString> {
+    value
+        .as_ref()
+        .filter(|v| !v.expose_secret().trim().is_empty())
+        .cloned()
+}
+
+/// How to reach the database, from `DATABASE_URL` and the pool's settings.
+pub fn database_options(settings: &DatabaseSettings) -> anyhow::Result<db::Options> {
+    Ok(db::Options {
+        url: settings.url()?.to_owned().into(),
+        max_connections: settings.db_max_connections,
+        acquire_timeout: settings.db_acquire_timeout,
+        statement_timeout: settings.db_statement_timeout,
+    })
+}
+
+/// The pool of the configured database (opened lazily).
+pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
+    db::pool(&database_options(settings)?)
+}
+
+/// Applies pending migrations to the configured database.
+pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<()> {
+    db::migrate(&database_options(settings)?).await
+}
+
+/// Each provider's and source's own keys.
+pub fn providers_settings(settings: &ServeSettings) -> providers::Settings {
+    providers::Settings {
+        tolerance_secs: settings.tolerance_secs,
+        stripe: settings.stripe_webhook_secret.clone(),
+        razorpay: settings.razorpay_webhook_secret.clone(),
+        sources: settings
+            .sources
+            .iter()
+            .map(|source| providers::Source {
+                name: source.name.clone(),
+                scheme: match source.scheme {
+                    SourceScheme::StandardWebhooks => providers::Scheme::StandardWebhooks,
+                    SourceScheme::Github => providers::Scheme::Github,
+                    SourceScheme::Shopify => providers::Scheme::Shopify,
+                },
+                secrets: source.secrets.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The group commit's settings from the configuration.
+pub fn batch_settings(settings: &ServeSettings) -> BatchSettings {
+    BatchSettings {
+        max_events: settings.batch_max_events as usize,
+        concurrency: settings.batch_concurrency as usize,
+    }
+}
+
+/// The connection limits from the settings, with the connection cap held
+/// below the open-file limit (raised to its hard limit first), less the
+/// files the pool, the drainer's sink and the process itself need.
+pub(super) fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> ConnectionLimits {
+    let configured = &settings.connections;
+    let open_files = serve::raise_open_file_limit();
+    let mut reserved = serve::RESERVED_FILES + u64::from(pool.options().get_max_connections());
+    if settings.role.drains() {
+        reserved += settings.outbox.outbox_concurrency as u64;
+    }
+    let max_connections =
+        serve::effective_max_connections(configured.max_connections, open_files, reserved);
+    if max_connections < configured.max_connections {
+        tracing::warn!(
+            configured = configured.max_connections,
+            effective = max_connections,
+            open_files,
+            reserved,
+            "WEBHOOKD_MAX_CONNECTIONS held below the open-file limit"
+        );
+    } else {
+        tracing::info!(max_connections, open_files, reserved, "connection limit");
+    }
+    ConnectionLimits {
+        header_read_timeout: configured.header_read_timeout,
+        write_timeout: configured.write_timeout,
+        max_header_bytes: usize::try_from(configured.max_header_bytes).unwrap_or(usize::MAX),
+        max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+    }
+}

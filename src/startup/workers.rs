@@ -1,0 +1,152 @@
+//! The background workers `serve` runs in a draining process (the outbox
+//! drainer, the periodic sweep) and the provider API clients, built from
+//! the configuration.
+
+use secrecy::ExposeSecret;
+use sqlx::PgPool;
+
+use super::settings::set;
+use crate::clock::Clock;
+use crate::config::{self, RazorpayApiArgs, ServeSettings, StripeApiArgs};
+use crate::outbox::retry::RetryPolicy;
+use crate::outbox::{Drainer, DrainerSettings};
+use crate::sinks::Sink;
+use crate::sinks::http::HttpSink;
+use crate::sinks::log::LogSink;
+use crate::sweep::api::{Api, Auth};
+use crate::sweep::schedule::{Sweeper, Target};
+
+/// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`
+/// is set (it then needs `WEBHOOKD_SINK_SECRET`), else the `log` sink.
+pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::Result<Drainer> {
+    let outbox = &settings.outbox;
+    let sink = match (set(&outbox.sink_url), set(&outbox.sink_secret)) {
+        (Some(url), Some(secret)) => Sink::Http(Box::new(
+            HttpSink::new(
+                url.expose_secret(),
+                secret.expose_secret(),
+                outbox.sink_timeout,
+                clock.clone(),
+            )?
+            .with_max_body_bytes(outbox.sink_max_body_bytes),
+        )),
+        // [`super::validate`] refuses a URL without its secret.
+        _ => Sink::Log(LogSink),
+    };
+    tracing::info!(sink = sink.name(), "outbox drainer configured");
+    let drainer_settings = DrainerSettings {
+        batch: outbox.outbox_batch,
+        batch_bytes: outbox.outbox_batch_bytes,
+        ordered: outbox.outbox_order == config::OutboxOrder::Key,
+        concurrency: outbox.outbox_concurrency,
+        lease: outbox.outbox_lease,
+        poll: outbox.outbox_poll,
+        retry: RetryPolicy {
+            max_attempts: outbox.outbox_max_attempts,
+            cap: outbox.outbox_backoff_cap,
+        },
+    };
+    Ok(Drainer::new(pool, sink, drainer_settings, clock))
+}
+
+/// The periodic sweep `serve` runs in a draining process, when it is on
+/// (`WEBHOOKD_SWEEP_INTERVAL` above zero), of each provider whose API key
+/// is set (`STRIPE_API_KEY`; `RAZORPAY_KEY_ID` and `RAZORPAY_KEY_SECRET`).
+pub fn sweeper(
+    settings: &ServeSettings,
+    pool: PgPool,
+    clock: Clock,
+) -> anyhow::Result<Option<Sweeper>> {
+    let sweep = &settings.sweep;
+    if sweep.sweep_interval.is_zero() {
+        tracing::info!("periodic sweep off (WEBHOOKD_SWEEP_INTERVAL=0)");
+        return Ok(None);
+    }
+    let mut targets = Vec::new();
+    let stripe_key = sweep.stripe.stripe_api_key.as_ref();
+    if stripe_key.is_some_and(|key| !key.expose_secret().trim().is_empty()) {
+        targets.push(Target {
+            provider: crate::providers::stripe::PROVIDER,
+            api: stripe_api(&sweep.stripe)?,
+            window: sweep
+                .sweep_window
+                .unwrap_or(crate::sweep::stripe::DEFAULT_WINDOW),
+        });
+    }
+    // An empty variable (as `${VAR:-}` in compose files gives) means unset.
+    let razorpay = &sweep.razorpay;
+    let id_set = razorpay
+        .razorpay_key_id
+        .as_ref()
+        .is_some_and(|id| !id.trim().is_empty());
+    let secret_set = razorpay
+        .razorpay_key_secret
+        .as_ref()
+        .is_some_and(|secret| !secret.expose_secret().trim().is_empty());
+    if id_set && secret_set {
+        targets.push(Target {
+            provider: crate::providers::razorpay::PROVIDER,
+            api: razorpay_api(&sweep.razorpay)?,
+            window: sweep
+                .sweep_window
+                .unwrap_or(crate::sweep::razorpay::DEFAULT_WINDOW),
+        });
+    }
+    if targets.is_empty() {
+        tracing::info!("periodic sweep off: no provider API key (STRIPE_API_KEY, RAZORPAY_KEY_ID)");
+        return Ok(None);
+    }
+    let providers: Vec<&str> = targets.iter().map(|t| t.provider).collect();
+    tracing::info!(interval = ?sweep.sweep_interval, ?providers, "periodic sweep on");
+    Ok(Some(Sweeper::new(
+        pool,
+        targets,
+        sweep.sweep_interval,
+        clock,
+    )))
+}
+
+/// Razorpay's API, paced at [`RAZORPAY_RATE`] requests a second.
+pub fn razorpay_api(args: &RazorpayApiArgs) -> anyhow::Result<Api> {
+    let (Some(user), Some(password)) = (
+        args.razorpay_key_id
+            .as_ref()
+            .filter(|id| !id.trim().is_empty()),
+        args.razorpay_key_secret
+            .as_ref()
+            .filter(|secret| !secret.expose_secret().trim().is_empty()),
+    ) else {
+        anyhow::bail!("RAZORPAY_KEY_ID and RAZORPAY_KEY_SECRET are needed to read Razorpay's API");
+    };
+    Api::new(
+        crate::providers::razorpay::PROVIDER,
+        &args.razorpay_api_base,
+        &Auth::Basic {
+            user: user.clone(),
+            password: password.clone(),
+        },
+        RAZORPAY_RATE,
+        crate::sweep::razorpay::UNAUTHORIZED_HINT,
+    )
+}
+
+/// Requests a second to Razorpay's API.
+pub const RAZORPAY_RATE: u32 = 10;
+
+/// Stripe's API, paced at `WEBHOOKD_SWEEP_RATE` requests a second.
+pub fn stripe_api(args: &StripeApiArgs) -> anyhow::Result<Api> {
+    let key = args
+        .stripe_api_key
+        .as_ref()
+        .filter(|key| !key.expose_secret().trim().is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!("STRIPE_API_KEY is not set (a key with read access to Events)")
+        })?;
+    Api::new(
+        crate::providers::stripe::PROVIDER,
+        &args.stripe_api_base,
+        &Auth::Bearer(key.clone()),
+        args.rate,
+        crate::sweep::stripe::UNAUTHORIZED_HINT,
+    )
+}
