@@ -80,3 +80,31 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingest_errors_map_to_what_a_provider_should_do() {
+        let status = |error: ingest::Error| ApiError::from(error).status();
+        // Retried: the provider comes back later.
+        assert_eq!(
+            status(ingest::Error::ShuttingDown),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status(sqlx::Error::PoolTimedOut.into()),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        // A bug: retrying the same delivery would not help.
+        assert_eq!(
+            status(ingest::Error::Invariant("test")),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            status(sqlx::Error::RowNotFound.into()),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

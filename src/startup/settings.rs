@@ -133,3 +133,44 @@ pub(super) fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> Conn
         max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_of_the_configuration_is_reported_at_once() {
+        let mut settings = ServeSettings::default();
+        settings.outbox.sink_url = Some("https://example.com/hook".to_owned().into());
+        settings.outbox.outbox_lease = settings.outbox.sink_timeout;
+        let database = DatabaseSettings {
+            database_url: None,
+            db_max_connections: 4,
+            db_acquire_timeout: Duration::from_secs(1),
+            db_statement_timeout: Duration::from_secs(1),
+        };
+        let error = validate(&settings, &database).unwrap_err().to_string();
+        for problem in [
+            "DATABASE_URL is not set",
+            "WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not",
+            "WEBHOOKD_OUTBOX_LEASE must exceed WEBHOOKD_SINK_TIMEOUT",
+        ] {
+            assert!(error.contains(problem), "{problem} missing from: {error}");
+        }
+        assert!(
+            !error.contains("example.com"),
+            "no setting's value is shown: {error}"
+        );
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        let database = DatabaseSettings {
+            database_url: Some("postgres://localhost/webhookd".to_owned().into()),
+            db_max_connections: 4,
+            db_acquire_timeout: Duration::from_secs(1),
+            db_statement_timeout: Duration::from_secs(1),
+        };
+        validate(&ServeSettings::default(), &database).unwrap();
+    }
+}

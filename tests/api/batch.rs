@@ -420,3 +420,50 @@ async fn a_credit_retried_alone_after_its_batch_failed_rolls_back_when_its_reque
     assert_eq!(app.balance("user_timeout", "USD").await, Some(150));
     app.assert_consistent().await;
 }
+
+/// Shutdown: once the server stopped, the ingestor is closed. Its
+/// dispatcher then ends even while a clone of it lives on (a connection
+/// outliving the grace period holds one), so waiting for the process's
+/// tasks ends; later events are answered `ShuttingDown` (503) and write
+/// nothing.
+#[sqlx::test]
+async fn a_closed_ingestor_answers_shutting_down_and_its_tasks_drain(pool: PgPool) {
+    use std::time::Duration;
+    use tokio_util::task::TaskTracker;
+    use webhookd::ingest::{self, Ingestor};
+    use webhookd::providers::testing;
+
+    let tasks = TaskTracker::new();
+    let settings = batch::BatchSettings {
+        max_events: 8,
+        concurrency: 1,
+    };
+    let ingestor = Ingestor::start(pool.clone(), settings, Wake::Notify, &tasks);
+    let before = credit("evt_open", "pi_open", "user_close", 100);
+    let answer = ingestor.ingest(testing::assume_verified(before)).await;
+    assert_eq!(answer.expect("applied").outcome, Outcome::Processed);
+
+    ingestor.close();
+    tasks.close();
+    tokio::time::timeout(Duration::from_secs(30), tasks.wait())
+        .await
+        .expect("the dispatcher stops though a clone of the ingestor lives");
+    let after = credit("evt_closed", "pi_closed", "user_close", 50);
+    let answer = ingestor.ingest(testing::assume_verified(after)).await;
+    assert!(
+        matches!(answer, Err(ingest::Error::ShuttingDown)),
+        "{answer:?}"
+    );
+    let recorded: Vec<String> =
+        sqlx::query_scalar("select event_id from processed_events order by event_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(recorded, ["evt_open"]);
+    let balance: i64 =
+        sqlx::query_scalar("select balance_minor from wallets where user_id = 'user_close'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(balance, 100);
+}
