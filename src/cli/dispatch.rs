@@ -4,8 +4,9 @@
 use anyhow::Context;
 use sqlx::PgPool;
 
+use super::args::{Cli, Command};
 use crate::clock::Clock;
-use crate::config::{Cli, Command, DatabaseSettings, ServeSettings};
+use crate::config::{DatabaseSettings, ServeSettings};
 use crate::{db, startup};
 
 /// Runs the command `cli` names (`serve` when none), writing its answer to

@@ -2,11 +2,27 @@
 
 use std::io::Write;
 
+use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::config::EventsCommand;
 use crate::{events, ingest, providers};
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// The newest events first.
+    List {
+        /// Only this provider's (or source's).
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// One event: outcome, detail and the verified payload.
+    Show { provider: String, event_id: String },
+    /// Re-run a stored event's effects through the same idempotent path.
+    Replay { provider: String, event_id: String },
+}
 
 pub async fn run(
     pool: &PgPool,
