@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use webhookd::config::{Cli, Command};
+use webhookd::cli::{Cli, Command};
 use webhookd::telemetry;
 
 #[tokio::main]

@@ -57,6 +57,33 @@ pub async fn upsert(
     event_time: i64,
     event_id: &str,
 ) -> Result<Upserted, sqlx::Error> {
+    let previous = match stored(conn, next).await? {
+        Some((stored, stored_event_time))
+            if !may_replace(stored_event_time, &stored.status, event_time, &next.status) =>
+        {
+            return Ok(Upserted::Superseded {
+                stored_event_time,
+                stored_status: stored.status,
+            });
+        }
+        Some((stored, _)) => Some(stored),
+        None => None,
+    };
+    write(conn, next, event_time, event_id).await?;
+    let unchanged = previous.as_ref().is_some_and(|prev| same_state(prev, next));
+    Ok(if unchanged {
+        Upserted::Unchanged
+    } else {
+        Upserted::Changed { previous }
+    })
+}
+
+/// The stored state of `next`'s subscription, and the time of the event
+/// that wrote it.
+async fn stored(
+    conn: &mut PgConnection,
+    next: &Subscription,
+) -> Result<Option<(Subscription, i64)>, sqlx::Error> {
     let stored = sqlx::query!(
         r#"
         select customer_id, user_id, status, plan_id,
@@ -68,31 +95,30 @@ pub async fn upsert(
         next.provider,
         next.subscription_id
     )
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?;
+    Ok(stored.map(|row| {
+        let subscription = Subscription {
+            provider: next.provider.clone(),
+            subscription_id: next.subscription_id.clone(),
+            customer_id: row.customer_id,
+            user_id: row.user_id,
+            status: row.status,
+            plan_id: row.plan_id,
+            current_period_end: row.current_period_end,
+        };
+        (subscription, row.event_time)
+    }))
+}
 
-    let previous = match stored {
-        Some(row) => {
-            if !may_replace(row.event_time, &row.status, event_time, &next.status) {
-                return Ok(Upserted::Superseded {
-                    stored_event_time: row.event_time,
-                    stored_status: row.status,
-                });
-            }
-            Some(Subscription {
-                provider: next.provider.clone(),
-                subscription_id: next.subscription_id.clone(),
-                customer_id: row.customer_id,
-                user_id: row.user_id,
-                status: row.status,
-                plan_id: row.plan_id,
-                current_period_end: row.current_period_end,
-            })
-        }
-        None => None,
-    };
-
-    // The guard is repeated in SQL as belt and braces.
+/// Stores `next` as of `event_time`. The guard of [`upsert`] is repeated
+/// in SQL as belt and braces.
+async fn write(
+    conn: &mut PgConnection,
+    next: &Subscription,
+    event_time: i64,
+    event_id: &str,
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"
         insert into subscriptions as s
@@ -120,32 +146,30 @@ pub async fn upsert(
         event_time,
         event_id,
     )
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
+    Ok(())
+}
 
-    let unchanged = previous.as_ref().is_some_and(|prev| {
-        prev.status == next.status
-            && next
-                .plan_id
-                .as_ref()
-                .is_none_or(|p| prev.plan_id.as_ref() == Some(p))
-            && next
-                .current_period_end
-                .is_none_or(|e| prev.current_period_end == Some(e))
-            && next
-                .customer_id
-                .as_ref()
-                .is_none_or(|c| prev.customer_id.as_ref() == Some(c))
-            && next
-                .user_id
-                .as_ref()
-                .is_none_or(|u| prev.user_id.as_ref() == Some(u))
-    });
-    Ok(if unchanged {
-        Upserted::Unchanged
-    } else {
-        Upserted::Changed { previous }
-    })
+/// Whether `next` says nothing new of `previous`: the same status, and
+/// each field it carries (the others are kept) the same.
+fn same_state(previous: &Subscription, next: &Subscription) -> bool {
+    previous.status == next.status
+        && next
+            .plan_id
+            .as_ref()
+            .is_none_or(|p| previous.plan_id.as_ref() == Some(p))
+        && next
+            .current_period_end
+            .is_none_or(|e| previous.current_period_end == Some(e))
+        && next
+            .customer_id
+            .as_ref()
+            .is_none_or(|c| previous.customer_id.as_ref() == Some(c))
+        && next
+            .user_id
+            .as_ref()
+            .is_none_or(|u| previous.user_id.as_ref() == Some(u))
 }
 
 #[cfg(test)]

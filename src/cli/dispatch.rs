@@ -1,11 +1,16 @@
 //! `webhookd [command]`: one match; each command opens what it needs (a
 //! database pool only for those that read or write one).
 
+use std::io::Write;
+
 use anyhow::Context;
 use sqlx::PgPool;
 
+use super::args::{Cli, Command};
+use super::drill::DrillArgs;
+use super::reconcile::ReconcileArgs;
 use crate::clock::Clock;
-use crate::config::{Cli, Command, DatabaseSettings, ServeSettings};
+use crate::config::{DatabaseSettings, ServeSettings};
 use crate::startup;
 
 /// Runs the command `cli` names (`serve` when none), writing its answer to
@@ -14,39 +19,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let out = &mut std::io::stdout();
     let database = &cli.database;
     match cli.command {
-        None => {
-            startup::serve(
-                ServeSettings::from_env(),
-                database,
-                startup::pool(database)?,
-            )
-            .await
-        }
-        Some(Command::Serve(settings)) => {
-            startup::serve(*settings, database, startup::pool(database)?).await
-        }
+        None => serve(ServeSettings::from_env(), database).await,
+        Some(Command::Serve(settings)) => serve(*settings, database).await,
         Some(Command::Send(args)) => super::send::run(&args, out).await,
-        Some(Command::Drill(args)) => {
-            // Verification is optional: only with a database to look in.
-            let pool = match database.url() {
-                Ok(_) => Some(startup::pool(database)?),
-                Err(_) => None,
-            };
-            let passed = super::drill::run(&args, pool.as_ref(), out).await?;
-            anyhow::ensure!(passed, "the drill failed (see its report)");
-            Ok(())
-        }
+        Some(Command::Drill(args)) => drill(&args, database, out).await,
         Some(Command::Healthcheck { url, listen }) => {
             let url = url.unwrap_or_else(|| format!("http://127.0.0.1:{}/readyz", listen.port()));
             super::healthcheck(&url, out).await
         }
-        Some(Command::Migrate) => {
-            startup::migrate(database)
-                .await
-                .context("migrations failed")?;
-            tracing::info!("migrations applied");
-            Ok(())
-        }
+        Some(Command::Migrate) => migrate(database).await,
         Some(Command::Outbox(command)) => {
             with_pool(database, async |pool| {
                 super::outbox::run(pool, &command, out).await
@@ -59,25 +40,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             })
             .await
         }
-        Some(Command::Explain { subject }) => {
-            let found = with_pool(database, async |pool| {
-                super::explain::run(pool, &subject, out).await
-            })
-            .await?;
-            anyhow::ensure!(found, "nothing found for {}", super::id(&subject));
-            Ok(())
-        }
-        Some(Command::Reconcile(args)) => {
-            let ok = with_pool(database, async |pool| match args.against {
-                Some(against) => {
-                    super::reconcile::against(pool, &args, against, &Clock::System, out).await
-                }
-                None => super::reconcile::run(pool, &args.retention, out).await,
-            })
-            .await?;
-            anyhow::ensure!(ok, "the ledger does not reconcile");
-            Ok(())
-        }
+        Some(Command::Explain { subject }) => explain(database, &subject, out).await,
+        Some(Command::Reconcile(args)) => reconcile(database, &args, out).await,
         Some(Command::Sweep(command)) => {
             with_pool(database, async |pool| {
                 super::sweep::sweep(pool, &command, &Clock::System, out).await
@@ -99,6 +63,64 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
         }
     }
+}
+
+async fn serve(settings: ServeSettings, database: &DatabaseSettings) -> anyhow::Result<()> {
+    startup::serve(settings, database, startup::pool(database)?).await
+}
+
+async fn migrate(database: &DatabaseSettings) -> anyhow::Result<()> {
+    startup::migrate(database)
+        .await
+        .context("migrations failed")?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// Fails (exit 1) when the drill did not pass.
+async fn drill(
+    args: &DrillArgs,
+    database: &DatabaseSettings,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    // Verification is optional: only with a database to look in.
+    let pool = match database.url() {
+        Ok(_) => Some(startup::pool(database)?),
+        Err(_) => None,
+    };
+    let passed = super::drill::run(args, pool.as_ref(), out).await?;
+    anyhow::ensure!(passed, "the drill failed (see its report)");
+    Ok(())
+}
+
+/// Fails (exit 1) when nothing is known about `subject`.
+async fn explain(
+    database: &DatabaseSettings,
+    subject: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let found = with_pool(database, async |pool| {
+        super::explain::run(pool, subject, out).await
+    })
+    .await?;
+    anyhow::ensure!(found, "nothing found for {}", super::id(subject));
+    Ok(())
+}
+
+/// Fails (exit 1) when the ledger does not reconcile (with itself, or
+/// with the provider of `--against`).
+async fn reconcile(
+    database: &DatabaseSettings,
+    args: &ReconcileArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let ok = with_pool(database, async |pool| match args.against {
+        Some(against) => super::reconcile::against(pool, args, against, &Clock::System, out).await,
+        None => super::reconcile::run(pool, &args.retention, out).await,
+    })
+    .await?;
+    anyhow::ensure!(ok, "the ledger does not reconcile");
+    Ok(())
 }
 
 /// Runs `command` with a pool of its own, closed after it.

@@ -11,18 +11,58 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use clap::Args;
 use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::config::{DrillArgs, Secrets};
+use crate::config::{Secrets, parse_secrets};
 use crate::providers::{razorpay, stripe};
 
 mod plan;
 mod verify;
 pub use plan::{Kind, Plan};
 pub use verify::verify;
+
+/// How much to send, how, and what to sign it with.
+#[derive(Debug, Clone, Args)]
+pub struct DrillArgs {
+    /// Unique events to send (at most, with `--duration`).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub events: u64,
+    /// Copies of each event, fired at the same moment (a retry storm).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub duplicates: u64,
+    /// Events in flight at once (each with all its copies).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub concurrency: u64,
+    /// Wallets the credits spread over.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub users: u64,
+    /// A realistic mix instead of credits only: 50% Stripe
+    /// `payment_intent.succeeded`, 10% `charge.succeeded`, 10%
+    /// `charge.refunded` (of a credit of the run, sometimes before it), 10%
+    /// `customer.subscription.updated`, 20% Razorpay `payment.captured`
+    /// (needs RAZORPAY_WEBHOOK_SECRET).
+    #[arg(long)]
+    pub mix: bool,
+    /// Stop starting new events after this long (e.g. `15s`); the run is
+    /// verified over what was sent.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Base URL of the webhookd under test. Repeat it to spread each event's
+    /// copies over several servers (of one database).
+    #[arg(long = "url", default_value = "http://127.0.0.1:8080")]
+    pub urls: Vec<String>,
+    /// Give up on a request after this long of retrying.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
+    pub give_up_after: Duration,
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
+    pub stripe_webhook_secret: Secrets,
+    #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
+    pub razorpay_webhook_secret: Secrets,
+}
 
 #[derive(Debug, Default)]
 struct Tally {
@@ -35,6 +75,28 @@ struct Tally {
     failed: u64,
     /// Unique events sent.
     sent: u64,
+}
+
+impl Tally {
+    /// Counts one unique event of `kind`, sent as `copies`.
+    fn add(&mut self, kind: Kind, copies: Vec<Sent>) {
+        self.sent += 1;
+        let (events, outcomes) = self.kinds.entry(kind).or_default();
+        *events += 1;
+        for sent in copies {
+            for (status, latency) in sent.tries {
+                *self.statuses.entry(status).or_default() += 1;
+                self.latencies.push(latency);
+            }
+            match sent.outcome {
+                Some(outcome) => {
+                    *outcomes.entry(outcome.clone()).or_default() += 1;
+                    *self.outcomes.entry(outcome).or_default() += 1;
+                }
+                None => self.failed += 1,
+            }
+        }
+    }
 }
 
 /// One copy's tries: each try's status and latency, and the final 2xx
@@ -110,68 +172,79 @@ pub async fn run(
         .iter()
         .map(|url| url.trim_end_matches('/'))
         .collect();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(
-            usize::try_from(args.concurrency * args.duplicates).unwrap_or(usize::MAX),
-        )
-        .build()?;
+    let client = client(args)?;
 
     let started = Instant::now();
-    let deadline = args.duration.map(|d| started + d);
-    let group = plan.group();
-    // With a duration, new events start until it is over, and only whole
-    // groups of the mix are sent.
-    let sends = futures_util::stream::iter(0..args.events)
-        .take_while(move |n| {
-            let open = n % group != 0 || deadline.is_none_or(|d| Instant::now() < d);
-            std::future::ready(open)
-        })
-        .map(|n| {
-            let (client, bases, signer, plan) = (&client, &bases, &signer, &plan);
-            async move {
-                let delivery = plan.delivery(n);
-                // Copy `c` of event `n` goes to server `(n + c) % servers`.
-                let copies = (0..args.duplicates).map(|c| {
-                    let base = bases[usize::try_from(n + c).unwrap_or(0) % bases.len()];
-                    let url = format!("{base}/webhooks/{}", delivery.kind.provider());
-                    let delivery = &delivery;
-                    async move { send(client, &url, signer, delivery, args.give_up_after).await }
-                });
-                (delivery.kind, futures_util::future::join_all(copies).await)
-            }
-        })
-        .buffer_unordered(usize::try_from(args.concurrency).unwrap_or(usize::MAX));
-    let mut tally = Tally::default();
-    let mut sends = Box::pin(sends);
-    while let Some((kind, copies)) = sends.next().await {
-        tally.sent += 1;
-        let (events, outcomes) = tally.kinds.entry(kind).or_default();
-        *events += 1;
-        for sent in copies {
-            for (status, latency) in sent.tries {
-                *tally.statuses.entry(status).or_default() += 1;
-                tally.latencies.push(latency);
-            }
-            match sent.outcome {
-                Some(outcome) => {
-                    *outcomes.entry(outcome.clone()).or_default() += 1;
-                    *tally.outcomes.entry(outcome).or_default() += 1;
-                }
-                None => tally.failed += 1,
-            }
-        }
-    }
+    let tally = fire(args, &plan, &signer, &client, &bases, started).await;
     let elapsed = started.elapsed();
 
     let verification = match pool {
         Some(pool) => Some(verify(pool, &plan, tally.sent).await?),
         None => None,
     };
-    // With a database the books decide; without one, each event must have
-    // been applied exactly once by the answers (the rest duplicates).
-    let passed = tally.failed == 0
-        && match &verification {
+    let passed = passed(&tally, verification.as_ref());
+    writeln!(
+        out,
+        "{}",
+        report(args, &plan, tally, elapsed, verification, passed)
+    )?;
+    Ok(passed)
+}
+
+/// One client for every request, keeping a connection open for each copy
+/// that can be in flight.
+fn client(args: &DrillArgs) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(
+            usize::try_from(args.concurrency * args.duplicates).unwrap_or(usize::MAX),
+        )
+        .build()
+}
+
+/// Sends the plan's events, `--concurrency` at a time, each with all its
+/// copies at once, and tallies the answers. With a duration, new events
+/// start until it is over, and only whole groups of the mix are sent.
+async fn fire(
+    args: &DrillArgs,
+    plan: &Plan,
+    signer: &Signer,
+    client: &reqwest::Client,
+    bases: &[&str],
+    started: Instant,
+) -> Tally {
+    let deadline = args.duration.map(|d| started + d);
+    let group = plan.group();
+    let sends = futures_util::stream::iter(0..args.events)
+        .take_while(move |n| {
+            let open = n % group != 0 || deadline.is_none_or(|d| Instant::now() < d);
+            std::future::ready(open)
+        })
+        .map(|n| async move {
+            let delivery = plan.delivery(n);
+            // Copy `c` of event `n` goes to server `(n + c) % servers`.
+            let copies = (0..args.duplicates).map(|c| {
+                let base = bases[usize::try_from(n + c).unwrap_or(0) % bases.len()];
+                let url = format!("{base}/webhooks/{}", delivery.kind.provider());
+                let delivery = &delivery;
+                async move { send(client, &url, signer, delivery, args.give_up_after).await }
+            });
+            (delivery.kind, futures_util::future::join_all(copies).await)
+        })
+        .buffer_unordered(usize::try_from(args.concurrency).unwrap_or(usize::MAX));
+    let mut tally = Tally::default();
+    let mut sends = Box::pin(sends);
+    while let Some((kind, copies)) = sends.next().await {
+        tally.add(kind, copies);
+    }
+    tally
+}
+
+/// With a database the books decide; without one, each event must have
+/// been applied exactly once by the answers (the rest duplicates).
+fn passed(tally: &Tally, verification: Option<&serde_json::Value>) -> bool {
+    tally.failed == 0
+        && match verification {
             Some(verification) => verification["passed"] == true,
             None => tally.kinds.iter().all(|(kind, (events, outcomes))| {
                 let first = |outcome: &str| outcomes.get(outcome).copied().unwrap_or(0);
@@ -183,13 +256,7 @@ pub async fn run(
                 };
                 applied == *events
             }),
-        };
-    writeln!(
-        out,
-        "{}",
-        report(args, &plan, tally, elapsed, verification, passed)
-    )?;
-    Ok(passed)
+        }
 }
 
 fn report(

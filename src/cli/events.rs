@@ -2,11 +2,27 @@
 
 use std::io::Write;
 
+use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::config::EventsCommand;
 use crate::{events, ingest, providers};
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// The newest events first.
+    List {
+        /// Only this provider's (or source's).
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// One event: outcome, detail and the verified payload.
+    Show { provider: String, event_id: String },
+    /// Re-run a stored event's effects through the same idempotent path.
+    Replay { provider: String, event_id: String },
+}
 
 pub async fn run(
     pool: &PgPool,
@@ -15,74 +31,101 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     match command {
         EventsCommand::List { provider, limit } => {
-            for e in events::list(pool, provider.as_deref(), *limit).await? {
-                writeln!(
-                    out,
-                    "{}  {:<10}  {:<32}  {:<34}  {:<10}  {}",
-                    e.received_at,
-                    id(&e.provider),
-                    id(&e.event_id),
-                    id(&e.event_type),
-                    id(&e.outcome),
-                    id(&e.received_via)
-                )?;
-            }
+            list(pool, provider.as_deref(), *limit, out).await
         }
-        EventsCommand::Show { provider, event_id } => {
-            let stored = find(pool, provider, event_id).await?;
-            writeln!(out, "provider:    {}", id(&stored.provider))?;
-            writeln!(out, "event_id:    {}", id(&stored.event_id))?;
-            writeln!(out, "type:        {}", id(&stored.event_type))?;
-            writeln!(
-                out,
-                "created:     {}",
-                id(stored.provider_created_at.as_deref().unwrap_or("-"))
-            )?;
-            writeln!(out, "received:    {}", stored.received_at)?;
-            writeln!(out, "via:         {}", id(&stored.received_via))?;
-            writeln!(out, "outcome:     {}", id(&stored.outcome))?;
-            let detail = stored.detail.to_string();
-            writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;
-            // The whole payload (it is what was asked for), escaped.
-            let payload = stored.payload.to_string();
-            writeln!(out, "payload:     {}", shown(&payload, usize::MAX))?;
-        }
-        EventsCommand::Replay { provider, event_id } => {
-            let stored = find(pool, provider, event_id).await?;
-            anyhow::ensure!(
-                stored.outcome != "imported",
-                "{} {} was imported: an earlier handler applied it, so replaying it would apply it twice",
-                id(provider),
-                id(event_id)
-            );
-            let event = providers::Event::from_stored(
-                &stored.provider,
-                &stored.event_id,
-                &stored.event_type,
-                stored.payload.into(),
-            )
-            .map_err(|e| anyhow::anyhow!("the stored payload cannot be replayed: {e}"))?;
-            let replayed = ingest::replay(pool, &event, &stored.outcome).await?;
-            let detail = replayed.applied.detail.to_string();
-            writeln!(
-                out,
-                "replayed {} {}: {} {}",
-                id(provider),
-                id(event_id),
-                replayed.applied.outcome.as_str(),
-                shown(&detail, MAX_SHOWN_TEXT_BYTES)
-            )?;
-            if replayed.recorded {
-                writeln!(
-                    out,
-                    "stored outcome changed from {} to {}",
-                    id(&stored.outcome),
-                    replayed.applied.outcome.as_str()
-                )?;
-            } else {
-                writeln!(out, "stored outcome unchanged ({})", id(&stored.outcome))?;
-            }
-        }
+        EventsCommand::Show { provider, event_id } => show(pool, provider, event_id, out).await,
+        EventsCommand::Replay { provider, event_id } => replay(pool, provider, event_id, out).await,
+    }
+}
+
+async fn list(
+    pool: &PgPool,
+    provider: Option<&str>,
+    limit: i64,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    for e in events::list(pool, provider, limit).await? {
+        writeln!(
+            out,
+            "{}  {:<10}  {:<32}  {:<34}  {:<10}  {}",
+            e.received_at,
+            id(&e.provider),
+            id(&e.event_id),
+            id(&e.event_type),
+            id(&e.outcome),
+            id(&e.received_via)
+        )?;
+    }
+    Ok(())
+}
+
+async fn show(
+    pool: &PgPool,
+    provider: &str,
+    event_id: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let stored = find(pool, provider, event_id).await?;
+    writeln!(out, "provider:    {}", id(&stored.provider))?;
+    writeln!(out, "event_id:    {}", id(&stored.event_id))?;
+    writeln!(out, "type:        {}", id(&stored.event_type))?;
+    writeln!(
+        out,
+        "created:     {}",
+        id(stored.provider_created_at.as_deref().unwrap_or("-"))
+    )?;
+    writeln!(out, "received:    {}", stored.received_at)?;
+    writeln!(out, "via:         {}", id(&stored.received_via))?;
+    writeln!(out, "outcome:     {}", id(&stored.outcome))?;
+    let detail = stored.detail.to_string();
+    writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;
+    // The whole payload (it is what was asked for), escaped.
+    let payload = stored.payload.to_string();
+    writeln!(out, "payload:     {}", shown(&payload, usize::MAX))?;
+    Ok(())
+}
+
+/// Replays through the same path as ingest, except for an imported event:
+/// an earlier handler applied it, so its effects must not run here.
+async fn replay(
+    pool: &PgPool,
+    provider: &str,
+    event_id: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let stored = find(pool, provider, event_id).await?;
+    anyhow::ensure!(
+        stored.outcome != "imported",
+        "{} {} was imported: an earlier handler applied it, so replaying it would apply it twice",
+        id(provider),
+        id(event_id)
+    );
+    let event = providers::Event::from_stored(
+        &stored.provider,
+        &stored.event_id,
+        &stored.event_type,
+        stored.payload.into(),
+    )
+    .map_err(|e| anyhow::anyhow!("the stored payload cannot be replayed: {e}"))?;
+    let replayed = ingest::replay(pool, &event, &stored.outcome).await?;
+    let detail = replayed.applied.detail.to_string();
+    writeln!(
+        out,
+        "replayed {} {}: {} {}",
+        id(provider),
+        id(event_id),
+        replayed.applied.outcome.as_str(),
+        shown(&detail, MAX_SHOWN_TEXT_BYTES)
+    )?;
+    if replayed.recorded {
+        writeln!(
+            out,
+            "stored outcome changed from {} to {}",
+            id(&stored.outcome),
+            replayed.applied.outcome.as_str()
+        )?;
+    } else {
+        writeln!(out, "stored outcome unchanged ({})", id(&stored.outcome))?;
     }
     Ok(())
 }

@@ -11,7 +11,27 @@ use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 
 /// Prints the timeline; `false` when nothing is known about `subject`.
 pub async fn run(pool: &PgPool, subject: &str, out: &mut impl Write) -> anyhow::Result<bool> {
-    let lines = sqlx::query!(
+    let lines = timeline(pool, subject).await?;
+    if lines.is_empty() {
+        writeln!(
+            out,
+            "nothing is known about {} (or it was pruned)",
+            id(subject)
+        )?;
+        return Ok(false);
+    }
+    for (at, line) in lines {
+        // Lines quote ids, details and errors from the network.
+        writeln!(out, "{}  {}", at, shown(&line, MAX_SHOWN_TEXT_BYTES))?;
+    }
+    Ok(true)
+}
+
+/// `subject`'s story as `(at, line)`, oldest first, in one statement: the
+/// events it is related to (as an event, payment, user or subscription id),
+/// what they wrote, and the payment, subscription and wallet rows it names.
+async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
         r#"
         with related as (
             select provider, event_id from processed_events where event_id = $1
@@ -86,22 +106,5 @@ pub async fn run(pool: &PgPool, subject: &str, out: &mut impl Write) -> anyhow::
     )
     .fetch_all(pool)
     .await?;
-    if lines.is_empty() {
-        writeln!(
-            out,
-            "nothing is known about {} (or it was pruned)",
-            id(subject)
-        )?;
-        return Ok(false);
-    }
-    for row in lines {
-        // Lines quote ids, details and errors from the network.
-        writeln!(
-            out,
-            "{}  {}",
-            row.at,
-            shown(&row.line, MAX_SHOWN_TEXT_BYTES)
-        )?;
-    }
-    Ok(true)
+    Ok(rows.into_iter().map(|row| (row.at, row.line)).collect())
 }

@@ -1,6 +1,8 @@
 //! Operator commands. They call the same library entry points as the server
-//! and write to the given output, so tests can read what they print.
+//! and write to the given output, so tests can read what they print. Each
+//! command's arguments are defined beside it; [`args`] is the parser.
 
+pub mod args;
 pub mod dispatch;
 pub mod drill;
 pub mod events;
@@ -14,6 +16,8 @@ pub mod sweep;
 use std::borrow::Cow;
 use std::io::Write;
 use std::time::Duration;
+
+pub use args::{Cli, Command};
 
 use crate::telemetry;
 

@@ -2,11 +2,33 @@
 
 use std::io::Write;
 
+use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::config::OutboxCommand;
 use crate::outbox::store;
+
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// List rows not delivered yet (pending, leased or dead), oldest first.
+    List {
+        /// Only dead-lettered rows.
+        #[arg(long)]
+        dead: bool,
+        /// Most rows to show.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Re-queue a dead-lettered row (or all of them) for a fresh set of attempts.
+    Retry {
+        /// The outbox id (its `webhook-id`).
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        id: Option<i64>,
+        /// Every dead-lettered row.
+        #[arg(long)]
+        all_dead: bool,
+    },
+}
 
 pub async fn run(
     pool: &PgPool,

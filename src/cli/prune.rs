@@ -2,13 +2,29 @@
 //! statement and skips rows other transactions hold, so ingest never waits.
 
 use std::io::Write;
+use std::time::Duration;
 
+use clap::Args;
 use sqlx::PgPool;
 
+use super::args::RetentionArgs;
 use crate::clock::Clock;
-use crate::config::PruneArgs;
 use crate::events;
 use crate::outbox::store;
+
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    /// Age past which rows go (e.g. `30d`, `12h`); defaults to the retention.
+    /// `reconcile` expects entries' events for the whole retention: prune
+    /// sooner only with a matching WEBHOOKD_RETENTION_DAYS.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Rows deleted per statement.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub batch: i64,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+}
 
 /// Rows deleted: `(events, outbox rows)`.
 pub async fn run(

@@ -3,13 +3,41 @@
 //! `--against stripe|razorpay`: the ledger against the provider's payments.
 
 use std::io::Write;
+use std::time::Duration;
 
+use clap::{Args, ValueEnum};
 use sqlx::PgPool;
 
+use super::args::RetentionArgs;
 use super::{MAX_SHOWN_TEXT_BYTES, id, json_line, shown};
 use crate::clock::Clock;
-use crate::config::{Against, ReconcileArgs};
+use crate::config::{RazorpayApiArgs, StripeApiArgs};
 use crate::{ledger, startup, sweep};
+
+/// `webhookd reconcile`, and with `--against`, the ledger against a provider.
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Compare the ledger with this provider's succeeded payments and
+    /// refunds of the last `--since` instead (exit 1 on any difference).
+    #[arg(long, value_enum)]
+    pub against: Option<Against>,
+    /// The window `--against` compares.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30d")]
+    pub since: Duration,
+    #[command(flatten)]
+    pub stripe: StripeApiArgs,
+    #[command(flatten)]
+    pub razorpay: RazorpayApiArgs,
+}
+
+/// Which provider `reconcile --against` compares the ledger with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Against {
+    Stripe,
+    Razorpay,
+}
 
 /// `reconcile --against`: Ok(true) when the ledger and the provider agree;
 /// each difference is printed, then one JSON line.
@@ -45,7 +73,7 @@ pub async fn against(
 /// Ok(true) when everything reconciles; mismatches are printed.
 pub async fn run(
     pool: &PgPool,
-    retention: &crate::config::RetentionArgs,
+    retention: &RetentionArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
     let mut conn = pool.acquire().await?;

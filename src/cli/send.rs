@@ -4,12 +4,39 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::Args;
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::config::SendArgs;
+use crate::config::{Secrets, parse_secrets};
 use crate::providers::{razorpay, stripe};
+
+#[derive(Debug, Clone, Args)]
+pub struct SendArgs {
+    /// `stripe` or `razorpay`.
+    pub provider: String,
+    /// e.g. payment_intent.succeeded, charge.refunded, invoice.paid,
+    /// customer.subscription.updated; payment.captured, refund.processed.
+    pub event_type: String,
+    /// The wallet owner (`metadata.user_id` / `notes.user_id`).
+    #[arg(long, default_value = "user_123")]
+    pub user: String,
+    /// Amount in the currency's minor unit.
+    #[arg(long, default_value_t = 2000)]
+    pub amount: i64,
+    /// The payment the event is about (default: a fresh id); a refund names
+    /// the payment it refunds.
+    #[arg(long)]
+    pub payment: Option<String>,
+    /// Base URL of the running webhookd.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
+    pub stripe_webhook_secret: Secrets,
+    #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
+    pub razorpay_webhook_secret: Secrets,
+}
 
 pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?;
@@ -70,10 +97,7 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn first_secret<'a>(
-    secrets: &'a crate::config::Secrets,
-    variable: &str,
-) -> anyhow::Result<&'a str> {
+fn first_secret<'a>(secrets: &'a Secrets, variable: &str) -> anyhow::Result<&'a str> {
     secrets
         .iter()
         .next()

@@ -1,18 +1,84 @@
 //! `webhookd sweep stripe` and `webhookd import`: each prints one JSON line.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use serde::Serialize;
 use sqlx::PgPool;
 
 use super::{id, json_line};
 use crate::clock::Clock;
-use crate::config::{ImportArgs, ImportSource, SweepCommand};
+use crate::config::{RazorpayApiArgs, StripeApiArgs};
 use crate::events::{self, ImportRow};
 use crate::providers::{UNKNOWN_TYPE, is_identifier};
 use crate::startup;
 use crate::sweep::{self, Mode, Summary};
+
+#[derive(Debug, Subcommand)]
+pub enum SweepCommand {
+    /// List Stripe's events (`GET /v1/events`) of the window and apply those
+    /// never delivered, through the same path as a webhook.
+    Stripe(StripeSweepArgs),
+    /// List Razorpay's payments and refunds of the window (it has no events
+    /// API) and apply those never credited or debited.
+    Razorpay(RazorpaySweepArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StripeSweepArgs {
+    /// How far back to look (e.g. `72h`; Stripe keeps events for 30 days).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "72h")]
+    pub since: Duration,
+    /// List and count; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub api: StripeApiArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RazorpaySweepArgs {
+    /// How far back to look (e.g. `24h`: Razorpay retries a delivery for a day).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
+    pub since: Duration,
+    /// List and count; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub api: RazorpayApiArgs,
+}
+
+/// `webhookd import stripe [--since 30d]`, or `webhookd import --provider
+/// NAME --from-csv FILE`.
+#[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("what").required(true).args(["source", "provider"])))]
+pub struct ImportArgs {
+    /// List this provider's events of the last `--since` and record them.
+    #[arg(value_enum)]
+    pub source: Option<ImportSource>,
+    /// Record the event ids of `--from-csv` under this provider (or source) name.
+    #[arg(long, requires = "from_csv", conflicts_with = "source")]
+    pub provider: Option<String>,
+    /// A file of event ids, one per line, with optional columns
+    /// `event_type` and `processed_at` (RFC 3339 or Unix seconds).
+    #[arg(long, requires = "provider")]
+    pub from_csv: Option<PathBuf>,
+    /// How far back to list (with a provider's API).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30d")]
+    pub since: Duration,
+    /// Count; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub api: StripeApiArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportSource {
+    Stripe,
+}
 
 pub async fn sweep(
     pool: &PgPool,
@@ -228,7 +294,7 @@ fn unix_time(text: &str) -> Option<i64> {
 }
 
 /// `[now - since, now]` in Unix seconds (the current second included).
-fn window(clock: &Clock, since: std::time::Duration) -> (i64, i64) {
+fn window(clock: &Clock, since: Duration) -> (i64, i64) {
     let now = clock.now();
     let since = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
     (now.saturating_sub(since).max(0), now + 1)

@@ -15,7 +15,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -56,36 +56,12 @@ pub async fn serve(
     shutdown: CancellationToken,
     grace: Duration,
 ) {
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_header_size(limits.max_header_bytes)
-        // hyper's smallest allowed buffer is 8 KiB.
-        .max_buf_size(limits.max_header_bytes.max(8192));
+    let http = http1(&limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let connections = TaskTracker::new();
     let mut accept_errors = Throttle::new(WARN_EVERY);
     let mut refusals = Throttle::new(WARN_EVERY);
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            () = shutdown.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
-            // The client gave up before we accepted: nothing to do.
-            Err(error) if is_connection_error(&error) => continue,
-            Err(error) => {
-                if let Some(errors) = accept_errors.tick(Instant::now()) {
-                    tracing::error!(%error, errors, "cannot accept connections; retrying");
-                }
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
-                }
-            }
-        };
+    while let Some(stream) = accept(&listener, &shutdown, &mut accept_errors).await {
         // Full: close the new connection at once rather than queue it, so
         // that those already open are served and clients retry.
         let Ok(slot) = slots.clone().try_acquire_owned() else {
@@ -103,22 +79,7 @@ pub async fn serve(
             TokioIo::new(WriteTimeout::new(stream, limits.write_timeout)),
             TowerToHyperService::new(router.clone()),
         );
-        let shutdown = shutdown.clone();
-        connections.spawn(async move {
-            let _slot = slot;
-            let mut connection = pin!(connection);
-            let served = tokio::select! {
-                served = connection.as_mut() => served,
-                () = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            // Timeouts, oversized heads, clients hanging up: routine.
-            if let Err(error) = served {
-                tracing::debug!(%error, "connection closed");
-            }
-        });
+        connections.spawn(serve_connection(connection, shutdown.clone(), slot));
     }
     drop(listener);
     connections.close();
@@ -130,6 +91,72 @@ pub async fn serve(
             ?grace,
             "in-flight requests outlived the shutdown grace period"
         );
+    }
+}
+
+/// HTTP/1.1 with the deadline and the size bound on every request head.
+fn http1(limits: &ConnectionLimits) -> http1::Builder {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_header_size(limits.max_header_bytes)
+        // hyper's smallest allowed buffer is 8 KiB.
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    http
+}
+
+/// The next connection, or `None` once `shutdown` is cancelled. A failed
+/// accept of the listener itself (say, out of descriptors) is logged,
+/// throttled by `errors`, and tried again after [`ACCEPT_BACKOFF`].
+async fn accept(
+    listener: &TcpListener,
+    shutdown: &CancellationToken,
+    errors: &mut Throttle,
+) -> Option<TcpStream> {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return None,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _peer)) => return Some(stream),
+            // The client gave up before we accepted: nothing to do.
+            Err(error) if is_connection_error(&error) => {}
+            Err(error) => {
+                if let Some(errors) = errors.tick(Instant::now()) {
+                    tracing::error!(%error, errors, "cannot accept connections; retrying");
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return None,
+                    () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                }
+            }
+        }
+    }
+}
+
+type Connection = http1::Connection<TokioIo<WriteTimeout>, TowerToHyperService<Router>>;
+
+/// Serves `connection` to its end, holding its `slot` until then; once
+/// `shutdown` is cancelled, it closes after its request in flight.
+async fn serve_connection(
+    connection: Connection,
+    shutdown: CancellationToken,
+    slot: OwnedSemaphorePermit,
+) {
+    let _slot = slot;
+    let mut connection = pin!(connection);
+    let served = tokio::select! {
+        served = connection.as_mut() => served,
+        () = shutdown.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    // Timeouts, oversized heads, clients hanging up: routine.
+    if let Err(error) = served {
+        tracing::debug!(%error, "connection closed");
     }
 }
 

@@ -143,68 +143,15 @@ impl Api {
         url.query_pairs_mut().extend_pairs(query);
         let mut last = String::new();
         for attempt in 1..=MOST_TRIES {
-            self.pace().await;
-            self.requests += 1;
-            let sent = self
-                .client
-                .get(url.clone())
-                .header(AUTHORIZATION, self.auth.clone())
-                .send()
-                .await;
-            let wait = match sent {
-                Err(error) => {
-                    last = error.without_url().to_string();
-                    None
-                }
-                Ok(response) => {
-                    let status = response.status();
-                    let retry_after = retry_after(response.headers().get(RETRY_AFTER));
-                    match (status, read_bounded(response).await) {
-                        (StatusCode::OK, Ok(body)) => return Ok(body),
-                        (_, Err(Unread::TooLarge)) => {
-                            return Err(ApiFailure::Malformed(
-                                format!("a body over {MOST_BODY_BYTES} bytes"),
-                                self.provider,
-                            ));
-                        }
-                        (_, Err(Unread::Failed(error))) => {
-                            last = error.without_url().to_string();
-                            None
-                        }
-                        (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _) => {
-                            return Err(ApiFailure::Unauthorized {
-                                provider: self.provider,
-                                status: status.as_u16(),
-                                hint: self.unauthorized_hint,
-                            });
-                        }
-                        (status, Ok(_))
-                            if status == StatusCode::TOO_MANY_REQUESTS
-                                || status.is_server_error() =>
-                        {
-                            last = format!("HTTP {}", status.as_u16());
-                            retry_after
-                        }
-                        (status, Ok(body)) => {
-                            return Err(ApiFailure::Refused {
-                                provider: self.provider,
-                                status: status.as_u16(),
-                                message: error_message(&body),
-                            });
-                        }
-                    }
+            let wait = match self.try_once(&url).await? {
+                Tried::Answered(body) => return Ok(body),
+                Tried::Failed { error, retry_after } => {
+                    last = error;
+                    retry_after
                 }
             };
             if attempt < MOST_TRIES {
-                let backoff = backoff(attempt, self.requests).max(wait.unwrap_or_default());
-                tracing::warn!(
-                    provider = self.provider,
-                    attempt,
-                    error = %last,
-                    retry_in_ms = backoff.as_millis() as u64,
-                    "provider API request failed; retrying"
-                );
-                tokio::time::sleep(backoff).await;
+                self.back_off(attempt, &last, wait).await;
             }
         }
         Err(ApiFailure::GaveUp {
@@ -212,6 +159,85 @@ impl Api {
             tries: MOST_TRIES,
             last,
         })
+    }
+
+    /// One try of `url`, at the pace.
+    async fn try_once(&mut self, url: &Url) -> Result<Tried, ApiFailure> {
+        self.pace().await;
+        self.requests += 1;
+        let sent = self
+            .client
+            .get(url.clone())
+            .header(AUTHORIZATION, self.auth.clone())
+            .send()
+            .await;
+        match sent {
+            Err(error) => Ok(Tried::Failed {
+                error: error.without_url().to_string(),
+                retry_after: None,
+            }),
+            Ok(response) => {
+                let status = response.status();
+                let retry_after = retry_after(response.headers().get(RETRY_AFTER));
+                self.judge(status, read_bounded(response).await, retry_after)
+            }
+        }
+    }
+
+    /// What an answer with `status` and `body` comes to: its body, a
+    /// failure worth another try (429, 5xx, a body cut short), or the end
+    /// of the request.
+    fn judge(
+        &self,
+        status: StatusCode,
+        body: Result<Vec<u8>, Unread>,
+        retry_after: Option<Duration>,
+    ) -> Result<Tried, ApiFailure> {
+        match (status, body) {
+            (StatusCode::OK, Ok(body)) => Ok(Tried::Answered(body)),
+            (_, Err(Unread::TooLarge)) => Err(ApiFailure::Malformed(
+                format!("a body over {MOST_BODY_BYTES} bytes"),
+                self.provider,
+            )),
+            (_, Err(Unread::Failed(error))) => Ok(Tried::Failed {
+                error: error.without_url().to_string(),
+                retry_after: None,
+            }),
+            (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _) => {
+                Err(ApiFailure::Unauthorized {
+                    provider: self.provider,
+                    status: status.as_u16(),
+                    hint: self.unauthorized_hint,
+                })
+            }
+            (status, Ok(_))
+                if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() =>
+            {
+                Ok(Tried::Failed {
+                    error: format!("HTTP {}", status.as_u16()),
+                    retry_after,
+                })
+            }
+            (status, Ok(body)) => Err(ApiFailure::Refused {
+                provider: self.provider,
+                status: status.as_u16(),
+                message: error_message(&body),
+            }),
+        }
+    }
+
+    /// Says that try `attempt` failed with `error`, and waits its backoff,
+    /// or longer if the provider `asked` to.
+    async fn back_off(&self, attempt: u32, error: &str, asked: Option<Duration>) {
+        let backoff = backoff(attempt, self.requests).max(asked.unwrap_or_default());
+        tracing::warn!(
+            provider = self.provider,
+            attempt,
+            error = %error,
+            retry_in_ms = backoff.as_millis() as u64,
+            "provider API request failed; retrying"
+        );
+        tokio::time::sleep(backoff).await;
     }
 
     /// Waits until the next request may start.
@@ -227,6 +253,17 @@ pub const MOST_BODY_BYTES: usize = 32 * 1024 * 1024;
 enum Unread {
     TooLarge,
     Failed(reqwest::Error),
+}
+
+/// What one try of a request came to, when it does not end the request.
+enum Tried {
+    /// The body of the 200.
+    Answered(Vec<u8>),
+    /// Worth another try, no sooner than a `Retry-After` asks.
+    Failed {
+        error: String,
+        retry_after: Option<Duration>,
+    },
 }
 
 /// The body, read chunk by chunk, refused past [`MOST_BODY_BYTES`].

@@ -196,47 +196,8 @@ async fn compare(
             .into_iter()
             .map(|c| (c.source_ref.clone(), c))
             .collect();
-    // Net per (user, currency): what the provider says, what the ledger has.
-    let mut totals: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
     for p in &paid {
-        totals
-            .entry((p.user_id.clone(), p.currency.clone()))
-            .or_default()
-            .0 += p.amount_minor - p.refunded_minor;
-        match credited.get(&p.id) {
-            None => {
-                report.missing += 1;
-                report.findings.push(format!(
-                    "MISSING {provider} {}: {} {} to {} succeeded, never credited",
-                    p.id, p.amount_minor, p.currency, p.user_id
-                ));
-            }
-            Some(c) => {
-                let key = (c.user_id.clone(), c.currency.clone());
-                totals.entry(key).or_default().1 += c.amount_minor - c.refunded_minor;
-                let same = (
-                    c.user_id.as_str(),
-                    c.currency.as_str(),
-                    c.amount_minor,
-                    c.refunded_minor,
-                ) == (
-                    p.user_id.as_str(),
-                    p.currency.as_str(),
-                    p.amount_minor,
-                    p.refunded_minor,
-                );
-                if same {
-                    report.matched += 1;
-                } else {
-                    report.mismatched += 1;
-                    report.findings.push(format!(
-                        "MISMATCH {provider} {}: {provider} says {} {} to {} refunded {}; the ledger has {} {} to {} refunded {}",
-                        p.id, p.amount_minor, p.currency, p.user_id, p.refunded_minor,
-                        c.amount_minor, c.currency, c.user_id, c.refunded_minor
-                    ));
-                }
-            }
-        }
+        report.check_payment(p, credited.get(&p.id));
     }
     // Credits of the window the listing did not show: a payment made before
     // the window is fine; one the provider does not report succeeded is not.
@@ -245,38 +206,111 @@ async fn compare(
         .values()
         .filter(|c| !listed.contains(c.source_ref.as_str()))
     {
-        let status = match api.get(&format!("{retrieve}/{}", c.source_ref), &[]).await {
-            Ok(body) => serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.get("status").and_then(Value::as_str).map(str::to_owned)),
-            Err(ApiFailure::Refused { .. }) => None,
-            Err(failure) => return Err(failure.into()),
+        let status = status(api, &format!("{retrieve}/{}", c.source_ref)).await?;
+        report.check_unlisted(c, status.as_deref(), succeeded);
+    }
+    report.check_nets(nets(&paid, &credited));
+    report.requests = api.requests;
+    Ok(report)
+}
+
+impl Report {
+    /// Counts `p` as matched, missing (no `credit`) or mismatched.
+    fn check_payment(&mut self, p: &Paid, credit: Option<&Credited>) {
+        let provider = self.provider;
+        let Some(c) = credit else {
+            self.missing += 1;
+            self.findings.push(format!(
+                "MISSING {provider} {}: {} {} to {} succeeded, never credited",
+                p.id, p.amount_minor, p.currency, p.user_id
+            ));
+            return;
         };
-        let reported = status
-            .as_deref()
-            .is_some_and(|s| s == succeeded || s == "refunded");
+        let same = (
+            c.user_id.as_str(),
+            c.currency.as_str(),
+            c.amount_minor,
+            c.refunded_minor,
+        ) == (
+            p.user_id.as_str(),
+            p.currency.as_str(),
+            p.amount_minor,
+            p.refunded_minor,
+        );
+        if same {
+            self.matched += 1;
+        } else {
+            self.mismatched += 1;
+            self.findings.push(format!(
+                "MISMATCH {provider} {}: {provider} says {} {} to {} refunded {}; the ledger has {} {} to {} refunded {}",
+                p.id, p.amount_minor, p.currency, p.user_id, p.refunded_minor,
+                c.amount_minor, c.currency, c.user_id, c.refunded_minor
+            ));
+        }
+    }
+
+    /// Counts credit `c`, which the listing did not show, as extra unless
+    /// the provider reports its payment (`status`) as `succeeded` or
+    /// refunded.
+    fn check_unlisted(&mut self, c: &Credited, status: Option<&str>, succeeded: &str) {
+        let provider = self.provider;
+        let reported = status.is_some_and(|s| s == succeeded || s == "refunded");
         if !reported {
-            report.extra += 1;
-            report.findings.push(format!(
+            self.extra += 1;
+            self.findings.push(format!(
                 "EXTRA {provider} {}: credited {} {} to {}, but {provider} reports it as {}",
                 c.source_ref,
                 c.amount_minor,
                 c.currency,
                 c.user_id,
-                status.as_deref().unwrap_or("unknown")
+                status.unwrap_or("unknown")
             ));
         }
     }
-    for ((user, currency), (theirs, ours)) in totals {
-        if theirs != ours {
-            report.users_mismatched += 1;
-            report.findings.push(format!(
-                "USER {user} {currency}: {provider} nets {theirs}, the ledger {ours}"
-            ));
+
+    /// Counts each `(user, currency)` whose nets differ.
+    fn check_nets(&mut self, nets: BTreeMap<(String, String), (i64, i64)>) {
+        let provider = self.provider;
+        for ((user, currency), (theirs, ours)) in nets {
+            if theirs != ours {
+                self.users_mismatched += 1;
+                self.findings.push(format!(
+                    "USER {user} {currency}: {provider} nets {theirs}, the ledger {ours}"
+                ));
+            }
         }
     }
-    report.requests = api.requests;
-    Ok(report)
+}
+
+/// Net per `(user, currency)`: what the provider says of `paid`, and what
+/// the ledger has of their credits.
+fn nets(
+    paid: &[Paid],
+    credited: &HashMap<String, Credited>,
+) -> BTreeMap<(String, String), (i64, i64)> {
+    let mut nets: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
+    for p in paid {
+        nets.entry((p.user_id.clone(), p.currency.clone()))
+            .or_default()
+            .0 += p.amount_minor - p.refunded_minor;
+        if let Some(c) = credited.get(&p.id) {
+            let key = (c.user_id.clone(), c.currency.clone());
+            nets.entry(key).or_default().1 += c.amount_minor - c.refunded_minor;
+        }
+    }
+    nets
+}
+
+/// The status of the object at `path` (`None` when the provider refuses to
+/// say, as for an id it does not know).
+async fn status(api: &mut Api, path: &str) -> Result<Option<String>, ApiFailure> {
+    match api.get(path, &[]).await {
+        Ok(body) => Ok(serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("status").and_then(Value::as_str).map(str::to_owned))),
+        Err(ApiFailure::Refused { .. }) => Ok(None),
+        Err(failure) => Err(failure),
+    }
 }
 
 #[derive(Deserialize)]

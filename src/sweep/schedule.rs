@@ -132,84 +132,12 @@ impl Sweeper {
 
     async fn run_target(&mut self, index: usize) {
         let provider = self.targets[index].provider;
-        let lease = match store::lease(&self.pool, provider, LEASE).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return, // another process is sweeping it
-            Err(error) => {
-                tracing::warn!(provider, %error, "cannot take the sweep lease");
-                return;
-            }
+        let Some(lease) = self.take_lease(provider).await else {
+            return;
         };
         self.hold(index, Some(lease.holder.clone()));
-        let checkpoint = Checkpoint {
-            holder: lease.holder.clone(),
-            lease: LEASE,
-        };
-        let now = self.clock.now();
-        let target = &mut self.targets[index];
-        let window_start = now - secs(target.window);
-        let floor = window_start.max(lease.not_before.unwrap_or(0));
-        // Down for longer than the window (and not because of a cut-over).
-        if lease.swept_until.is_some_and(|swept| swept < window_start)
-            && lease.not_before.is_none_or(|cut| cut < window_start)
-        {
-            tracing::warn!(
-                provider,
-                "the last sweep ended before the window: events in between were never swept"
-            );
-        }
-        let swept = if provider == crate::providers::razorpay::PROVIDER {
-            // A payment's status changes after it was created (a late
-            // capture, a refund still pending): every run reads the whole
-            // window again; the natural keys keep that exactly once.
-            let window = (floor, now - super::razorpay::SETTLE_SECS);
-            super::razorpay::sweep(
-                &mut target.api,
-                &self.pool,
-                Mode::Apply,
-                window,
-                Some(&checkpoint),
-            )
-            .await
-        } else {
-            // Events are immutable: from the checkpoint (less the overlap),
-            // and not the last minutes, whose webhooks may still be on the way.
-            let since = lease
-                .swept_until
-                .map_or(floor, |swept| (swept - secs(OVERLAP)).max(floor));
-            let window = (since, now - secs(IN_FLIGHT));
-            super::stripe::sweep(
-                &mut target.api,
-                &self.pool,
-                Mode::Apply,
-                window,
-                Some(&checkpoint),
-            )
-            .await
-        };
-        let counters = &self.stats.providers[index].1;
-        let (succeeded, result) = match &swept {
-            Ok(summary) => {
-                counters.runs_ok.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .recovered
-                    .fetch_add(summary.recovered, Ordering::Relaxed);
-                counters
-                    .already_seen
-                    .fetch_add(summary.already_seen, Ordering::Relaxed);
-                counters
-                    .skipped
-                    .fetch_add(summary.skipped, Ordering::Relaxed);
-                (true, json!(summary))
-            }
-            Err(error) => {
-                counters.runs_failed.fetch_add(1, Ordering::Relaxed);
-                let error = format!("{error:#}");
-                let error = telemetry::bounded_to(&error, telemetry::MAX_LOGGED_ERROR_BYTES);
-                tracing::warn!(provider, %error, "the sweep failed");
-                (false, json!({ "error": error }))
-            }
-        };
+        let swept = self.sweep(index, &lease).await;
+        let (succeeded, result) = count(&self.stats.providers[index].1, provider, &swept);
         if let Ok(summary) = &swept
             && summary.recovered > 0
         {
@@ -221,6 +149,96 @@ impl Sweeper {
             tracing::warn!(provider, %error, "cannot record the sweep's result");
         }
         self.hold(index, None);
+    }
+
+    /// The provider's sweep lease; `None` when another process is sweeping
+    /// it, or the lease cannot be taken (said in a warning).
+    async fn take_lease(&self, provider: &'static str) -> Option<store::Lease> {
+        match store::lease(&self.pool, provider, LEASE).await {
+            Ok(lease) => lease,
+            Err(error) => {
+                tracing::warn!(provider, %error, "cannot take the sweep lease");
+                None
+            }
+        }
+    }
+
+    /// Sweeps target `index` over its [`window`], checkpointing under `lease`.
+    async fn sweep(&mut self, index: usize, lease: &store::Lease) -> anyhow::Result<Summary> {
+        let checkpoint = Checkpoint {
+            holder: lease.holder.clone(),
+            lease: LEASE,
+        };
+        let now = self.clock.now();
+        let target = &mut self.targets[index];
+        let provider = target.provider;
+        let window_start = now - secs(target.window);
+        // Down for longer than the window (and not because of a cut-over).
+        if lease.swept_until.is_some_and(|swept| swept < window_start)
+            && lease.not_before.is_none_or(|cut| cut < window_start)
+        {
+            tracing::warn!(
+                provider,
+                "the last sweep ended before the window: events in between were never swept"
+            );
+        }
+        let window = window(provider, lease, now, window_start);
+        let (api, pool) = (&mut target.api, &self.pool);
+        if provider == crate::providers::razorpay::PROVIDER {
+            super::razorpay::sweep(api, pool, Mode::Apply, window, Some(&checkpoint)).await
+        } else {
+            super::stripe::sweep(api, pool, Mode::Apply, window, Some(&checkpoint)).await
+        }
+    }
+}
+
+/// What a periodic run of `provider` reads at `now`, the run's window
+/// starting at `window_start` (or at the cut-over, if later).
+fn window(provider: &str, lease: &store::Lease, now: i64, window_start: i64) -> (i64, i64) {
+    let floor = window_start.max(lease.not_before.unwrap_or(0));
+    if provider == crate::providers::razorpay::PROVIDER {
+        // A payment's status changes after it was created (a late
+        // capture, a refund still pending): every run reads the whole
+        // window again; the natural keys keep that exactly once.
+        (floor, now - super::razorpay::SETTLE_SECS)
+    } else {
+        // Events are immutable: from the checkpoint (less the overlap),
+        // and not the last minutes, whose webhooks may still be on the way.
+        let since = lease
+            .swept_until
+            .map_or(floor, |swept| (swept - secs(OVERLAP)).max(floor));
+        (since, now - secs(IN_FLIGHT))
+    }
+}
+
+/// Adds a run's outcome to `counters`; returns whether it succeeded and
+/// the result `sweeps` records (a failure is also said in a warning).
+fn count(
+    counters: &Counters,
+    provider: &'static str,
+    swept: &anyhow::Result<Summary>,
+) -> (bool, serde_json::Value) {
+    match swept {
+        Ok(summary) => {
+            counters.runs_ok.fetch_add(1, Ordering::Relaxed);
+            counters
+                .recovered
+                .fetch_add(summary.recovered, Ordering::Relaxed);
+            counters
+                .already_seen
+                .fetch_add(summary.already_seen, Ordering::Relaxed);
+            counters
+                .skipped
+                .fetch_add(summary.skipped, Ordering::Relaxed);
+            (true, json!(summary))
+        }
+        Err(error) => {
+            counters.runs_failed.fetch_add(1, Ordering::Relaxed);
+            let error = format!("{error:#}");
+            let error = telemetry::bounded_to(&error, telemetry::MAX_LOGGED_ERROR_BYTES);
+            tracing::warn!(provider, %error, "the sweep failed");
+            (false, json!({ "error": error }))
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 
 use sqlx::PgPool;
 use webhookd::cli;
-use webhookd::config::{EventsCommand, OutboxCommand};
+use webhookd::cli::events::EventsCommand;
+use webhookd::cli::outbox::OutboxCommand;
 
 /// An id that retitles the terminal, rings, clears the screen, reverses the
 /// text that follows, and goes on for 2,000 bytes.

@@ -3,11 +3,11 @@
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use webhookd::cli::args::RetentionArgs;
+use webhookd::cli::reconcile::{Against, ReconcileArgs};
+use webhookd::cli::sweep::{RazorpaySweepArgs, SweepCommand};
 use webhookd::clock::Clock;
-use webhookd::config::{
-    Against, RazorpayApiArgs, RazorpaySweepArgs, ReconcileArgs, RetentionArgs, StripeApiArgs,
-    SweepCommand,
-};
+use webhookd::config::{RazorpayApiArgs, StripeApiArgs};
 
 use crate::fake_razorpay::{FakeRazorpay, payment, refund};
 use crate::fake_stripe::FakeStripe;

@@ -4,8 +4,9 @@
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use webhookd::cli::sweep::{ImportArgs, ImportSource, StripeSweepArgs, SweepCommand};
 use webhookd::clock::Clock;
-use webhookd::config::{ImportArgs, ImportSource, StripeApiArgs, StripeSweepArgs, SweepCommand};
+use webhookd::config::StripeApiArgs;
 use webhookd::sweep::api::{Api, Auth};
 use webhookd::sweep::schedule::{Sweeper, Target};
 

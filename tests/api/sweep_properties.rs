@@ -14,8 +14,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::PgPool;
+use webhookd::cli::sweep::{StripeSweepArgs, SweepCommand};
 use webhookd::clock::Clock;
-use webhookd::config::{StripeApiArgs, StripeSweepArgs, SweepCommand};
+use webhookd::config::StripeApiArgs;
 
 use crate::fake_stripe::FakeStripe;
 use crate::helpers::{TestApp, now, spawn_app};

@@ -3,8 +3,9 @@
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use webhookd::cli::sweep::{RazorpaySweepArgs, SweepCommand};
 use webhookd::clock::Clock;
-use webhookd::config::{RazorpayApiArgs, RazorpaySweepArgs, SweepCommand};
+use webhookd::config::RazorpayApiArgs;
 
 use crate::fake_razorpay::{FakeRazorpay, payment, refund};
 use crate::helpers::{RAZORPAY_SECRETS, TestApp, now, spawn_app};
@@ -264,7 +265,7 @@ async fn after_an_import_no_razorpay_sweep_credits_what_the_earlier_handler_appl
         now()
     ));
     std::fs::write(&file, "evt_handled_by_the_old_handler\n").unwrap();
-    let import = webhookd::config::ImportArgs {
+    let import = webhookd::cli::sweep::ImportArgs {
         source: None,
         provider: Some("razorpay".into()),
         from_csv: Some(file.clone()),

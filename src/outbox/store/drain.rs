@@ -69,11 +69,6 @@ pub async fn lease(
     terms: Terms,
     now: Option<f64>,
 ) -> Result<Lease, sqlx::Error> {
-    let Terms {
-        lease_secs,
-        max_attempts,
-        ordered,
-    } = terms;
     let rows = sqlx::query_as!(
         LeaseRow,
         r#"
@@ -140,12 +135,12 @@ pub async fn lease(
         order by l.available_at, l.id
         "#,
         budget.rows,
-        lease_secs,
+        terms.lease_secs,
         now,
         budget.bytes,
-        max_attempts,
+        terms.max_attempts,
         budget.oversized,
-        ordered,
+        terms.ordered,
     )
     .fetch_all(pool)
     .await?;
