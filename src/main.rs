@@ -1,3 +1,6 @@
+//! The `webhookd` binary: parse the command line, start logging, run the
+//! command ([`webhookd::cli::dispatch`]).
+
 use std::process::ExitCode;
 
 use clap::Parser;

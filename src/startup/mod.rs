@@ -136,7 +136,8 @@ pub async fn serve(
         .await
         .context("migrations failed at start-up")?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let stopped = CancellationToken::new();
+    let signals = tokio::spawn(stop_on_signal(shutdown.clone(), stopped.clone()));
     let tasks = TaskTracker::new();
     let mut workers = Workers {
         tasks: tasks.clone(),
@@ -162,23 +163,29 @@ pub async fn serve(
     tasks.close();
     tasks.wait().await;
     pool.close().await;
+    // A second signal forces exit until here; now nothing is left to wait for.
+    stopped.cancel();
+    let _ = signals.await;
     tracing::info!("stopped");
     served
 }
 
-/// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces exit.
-async fn stop_on_signal(shutdown: CancellationToken) {
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces
+/// exit. Returns once `stopped` is cancelled (everything else has ended).
+async fn stop_on_signal(shutdown: CancellationToken, stopped: CancellationToken) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("can install a SIGTERM handler");
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+        () = stopped.cancelled() => return,
     }
     tracing::info!("shutdown requested: finishing in-flight requests");
     shutdown.cancel();
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+        () = stopped.cancelled() => return,
     }
     tracing::warn!("second signal: exiting now");
     std::process::exit(130);
