@@ -62,35 +62,30 @@ pub fn sweeper(
         tracing::info!("periodic sweep off (WEBHOOKD_SWEEP_INTERVAL=0)");
         return Ok(None);
     }
+    let target = |provider, api, default_window| Target {
+        provider,
+        api,
+        window: sweep.sweep_window.unwrap_or(default_window),
+    };
     let mut targets = Vec::new();
-    let stripe_key = sweep.stripe.stripe_api_key.as_ref();
-    if stripe_key.is_some_and(|key| !key.expose_secret().trim().is_empty()) {
-        targets.push(Target {
-            provider: crate::providers::stripe::PROVIDER,
-            api: stripe_api(&sweep.stripe)?,
-            window: sweep
-                .sweep_window
-                .unwrap_or(crate::sweep::stripe::DEFAULT_WINDOW),
-        });
+    if set(&sweep.stripe.stripe_api_key).is_some() {
+        targets.push(target(
+            crate::providers::stripe::PROVIDER,
+            stripe_api(&sweep.stripe)?,
+            crate::sweep::stripe::DEFAULT_WINDOW,
+        ));
     }
-    // An empty variable (as `${VAR:-}` in compose files gives) means unset.
     let razorpay = &sweep.razorpay;
     let id_set = razorpay
         .razorpay_key_id
         .as_ref()
         .is_some_and(|id| !id.trim().is_empty());
-    let secret_set = razorpay
-        .razorpay_key_secret
-        .as_ref()
-        .is_some_and(|secret| !secret.expose_secret().trim().is_empty());
-    if id_set && secret_set {
-        targets.push(Target {
-            provider: crate::providers::razorpay::PROVIDER,
-            api: razorpay_api(&sweep.razorpay)?,
-            window: sweep
-                .sweep_window
-                .unwrap_or(crate::sweep::razorpay::DEFAULT_WINDOW),
-        });
+    if id_set && set(&razorpay.razorpay_key_secret).is_some() {
+        targets.push(target(
+            crate::providers::razorpay::PROVIDER,
+            razorpay_api(razorpay)?,
+            crate::sweep::razorpay::DEFAULT_WINDOW,
+        ));
     }
     if targets.is_empty() {
         tracing::info!("periodic sweep off: no provider API key (STRIPE_API_KEY, RAZORPAY_KEY_ID)");
