@@ -64,11 +64,18 @@ impl Application {
             tracing::warn!("no provider has a secret configured: every /webhooks/... answers 404");
         }
         tracing::info!(providers = ?providers.names(), "mounted providers");
+        let metrics = Arc::new(Metrics::new(workers.stats));
+        let sizes = metrics.batch_sizes();
         let state = AppState {
-            ingestor: Ingestor::start(pool.clone(), batch_settings(settings), workers.wake),
+            ingestor: Ingestor::start_with_sizes(
+                pool.clone(),
+                batch_settings(settings),
+                workers.wake,
+                sizes,
+            ),
             pool,
             providers,
-            metrics: Arc::new(Metrics::new(workers.stats)),
+            metrics,
             clock,
             shutdown: shutdown.clone(),
         };

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
+use metrics::Histogram;
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
@@ -75,7 +76,8 @@ pub struct Batcher {
 impl Batcher {
     /// Starts the dispatcher. It stops once every clone of the batcher is
     /// dropped and the queue is empty; batches already running finish.
-    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake) -> Self {
+    /// `sizes` records each batch's events.
+    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake, sizes: Histogram) -> Self {
         let settings = BatchSettings {
             max_events: settings.max_events.max(1),
             concurrency: settings.concurrency.max(1),
@@ -86,6 +88,7 @@ impl Batcher {
             pool,
             wake,
             stats: stats.clone(),
+            sizes,
         };
         tokio::spawn(dispatch(batches, jobs, settings));
         Batcher { queue, stats }
@@ -114,6 +117,7 @@ struct Batches {
     pool: PgPool,
     wake: Wake,
     stats: Arc<BatchStats>,
+    sizes: Histogram,
 }
 
 async fn dispatch(batches: Batches, mut jobs: mpsc::Receiver<Job>, settings: BatchSettings) {
@@ -150,6 +154,7 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
     stats
         .events
         .fetch_add(events.len() as u64, Ordering::Relaxed);
+    batches.sizes.record(events.len() as f64);
     let wanted = |i: usize| {
         let reply = replies[i].lock().expect("never poisoned");
         reply.as_ref().is_some_and(|reply| !reply.is_closed())
@@ -355,6 +360,7 @@ pub async fn apply(pool: &PgPool, events: &[VerifiedEvent], wake: Wake) -> Vec<A
         pool: pool.clone(),
         wake,
         stats: Arc::default(),
+        sizes: Histogram::noop(),
     };
     let (jobs, answers): (Vec<Job>, Vec<_>) = events
         .iter()

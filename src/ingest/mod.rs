@@ -27,8 +27,18 @@ impl Ingestor {
     /// Starts the batch dispatcher: call inside the Tokio runtime. `wake`
     /// is how the drainer hears of new outbox rows.
     pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake) -> Self {
+        Self::start_with_sizes(pool, settings, wake, metrics::Histogram::noop())
+    }
+
+    /// [`Ingestor::start`], recording each batch's events in `batch_sizes`.
+    pub fn start_with_sizes(
+        pool: PgPool,
+        settings: BatchSettings,
+        wake: Wake,
+        batch_sizes: metrics::Histogram,
+    ) -> Self {
         Ingestor {
-            batcher: Batcher::start(pool, settings, wake),
+            batcher: Batcher::start(pool, settings, wake, batch_sizes),
         }
     }
 
