@@ -27,12 +27,31 @@ pub const SERVICE_NAME: &str = "webhookd";
 /// The provider whose spans [`shutdown`] flushes.
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
-/// Whether `var` (the environment) asks for traces: an endpoint is set (an
-/// empty one is unset) and `OTEL_SDK_DISABLED` is not `true`.
-fn wanted(var: &impl Fn(&str) -> Option<String>) -> bool {
-    let set = |name| var(name).is_some_and(|value| !value.trim().is_empty());
-    let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
-    !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+/// Where `var` (the environment) asks for spans to go, if anywhere:
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` and `/v1/traces` (an empty one is unset);
+/// nowhere when `OTEL_SDK_DISABLED` is `true`.
+fn endpoint(var: &impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |name| {
+        var(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return None;
+    }
+    set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
+        set("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
+    })
+}
+
+/// An `http://` or `https://` URL with a host. (The SDK would send spans
+/// to its default, `localhost:4318`, in place of one it cannot parse.)
+fn usable(endpoint: &str) -> bool {
+    endpoint.parse::<http::Uri>().is_ok_and(|uri| {
+        matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some()
+    })
 }
 
 fn service_name(var: &impl Fn(&str) -> Option<String>) -> String {
@@ -49,12 +68,16 @@ where
     S: tracing::Subscriber + for<'span> LookupSpan<'span>,
 {
     let var = |name: &str| std::env::var(name).ok();
-    if !wanted(&var) {
+    let Some(endpoint) = endpoint(&var) else {
         return Ok(None);
+    };
+    if !usable(&endpoint) {
+        return Err("the endpoint is not an http:// or https:// URL".to_owned());
     }
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(endpoint)
         .build()
         .map_err(|error| match error {
             // Its text quotes the endpoint, which may carry credentials.
@@ -96,21 +119,41 @@ mod tests {
 
     #[test]
     fn traces_only_when_an_endpoint_is_set_and_the_sdk_is_not_disabled() {
-        assert!(!wanted(&env(&[])));
-        assert!(!wanted(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
-        assert!(!wanted(&env(&[("OTEL_SERVICE_NAME", "x")])));
-        assert!(wanted(&env(&[(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "http://c:4318"
-        )])));
-        assert!(wanted(&env(&[(
+        assert_eq!(endpoint(&env(&[])), None);
+        assert_eq!(
+            endpoint(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])),
+            None
+        );
+        assert_eq!(endpoint(&env(&[("OTEL_SERVICE_NAME", "x")])), None);
+        let base = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/");
+        assert_eq!(
+            endpoint(&env(&[base])).as_deref(),
+            Some("http://c:4318/v1/traces")
+        );
+        let traces = (
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "http://c:4318/v1/traces"
-        )])));
-        assert!(!wanted(&env(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-            ("OTEL_SDK_DISABLED", "true"),
-        ])));
+            "https://c/otlp/traces",
+        );
+        assert_eq!(
+            endpoint(&env(&[base, traces])).as_deref(),
+            Some("https://c/otlp/traces")
+        );
+        let traces_unset = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "");
+        assert_eq!(
+            endpoint(&env(&[base, traces_unset])).as_deref(),
+            Some("http://c:4318/v1/traces")
+        );
+        assert_eq!(endpoint(&env(&[base, ("OTEL_SDK_DISABLED", "true")])), None);
+    }
+
+    #[test]
+    fn an_endpoint_is_an_http_url_with_a_host() {
+        assert!(usable("http://127.0.0.1:4318/v1/traces"));
+        assert!(usable("https://collector.internal/v1/traces"));
+        assert!(!usable("collector:4318/v1/traces"));
+        assert!(!usable("/v1/traces"));
+        assert!(!usable("http://bad host/v1/traces"));
+        assert!(!usable("grpc://collector:4317/v1/traces"));
     }
 
     #[test]
