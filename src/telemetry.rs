@@ -1,6 +1,9 @@
 //! Structured logs: JSON in containers, pretty in a terminal; `RUST_LOG`
 //! overrides the default filter. Text from the network reaches a log line
-//! only through [`bounded`].
+//! only through [`bounded`]. Spans also go to an OpenTelemetry collector when
+//! one is configured ([`traces`]).
+
+mod traces;
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -9,8 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
 
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 const DEFAULT_FILTER: &str = "info,sqlx=warn";
 
@@ -39,19 +44,31 @@ pub fn init(format: LogFormat, to: LogTo) {
         LogTo::Stdout => BoxMakeWriter::new(LogPipe::start()),
         LogTo::Stderr => BoxMakeWriter::new(|| Quiet(std::io::stderr())),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
-    let result = match format {
-        LogFormat::Json => builder
+    let logs = tracing_subscriber::fmt::layer().with_writer(writer);
+    let logs = match format {
+        LogFormat::Json => logs
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .try_init(),
-        LogFormat::Pretty => builder.try_init(),
+            .boxed(),
+        LogFormat::Pretty => logs.boxed(),
     };
+    let (spans, no_spans) = match traces::layer() {
+        Ok(spans) => (spans, None),
+        Err(reason) => (None, Some(reason)),
+    };
+    let result = tracing_subscriber::registry()
+        .with(filter)
+        .with(logs)
+        .with(spans)
+        .try_init();
     // Already initialised (tests): keep the first subscriber.
-    let _ = result;
+    if let (Ok(()), Some(reason)) = (result, no_spans) {
+        tracing::warn!(
+            reason,
+            "traces are off: the OTLP exporter could not be built"
+        );
+    }
 }
 
 /// Log lines dropped since start: the output was closed, or did not keep
@@ -60,9 +77,12 @@ pub fn log_lines_dropped() -> u64 {
     DROPPED.load(Ordering::Relaxed)
 }
 
-/// Waits at most `limit` for the queued lines of the service to be written
-/// (at exit: a stalled output must not hold the process).
+/// At exit: exports the spans still queued, waiting at most
+/// [`SPAN_FLUSH_LIMIT`], then waits at most `limit` for the queued lines of
+/// the service to be written (a stalled collector or output must not hold
+/// the process).
 pub fn flush(limit: Duration) {
+    traces::shutdown(SPAN_FLUSH_LIMIT);
     let Some(lines) = PIPE.get() else {
         return;
     };
@@ -71,6 +91,9 @@ pub fn flush(limit: Duration) {
         let _ = flushed.recv_timeout(limit);
     }
 }
+
+/// Longest [`flush`] waits for the collector to take the last spans.
+pub const SPAN_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 

@@ -1,17 +1,27 @@
-//! `GET /metrics` in the Prometheus text format. Every label is bounded:
-//! routes are matched paths, providers are the mounted names (or `unknown`),
-//! outcomes and results are fixed sets.
+//! `GET /metrics` in the Prometheus text format, rendered by
+//! `metrics-exporter-prometheus` from a recorder that this application owns:
+//! never the process-wide one, so applications side by side in one process
+//! (the API tests) count apart.
+//!
+//! Every label is bounded: routes are matched paths (or `unmatched`),
+//! providers are the mounted names, outcomes and results are fixed sets.
+//!
+//! The domain keeps its own counters (the batches', the drainer's, the
+//! sweep's: atomics that know nothing of this layer); each scrape copies
+//! them into the recorder. What is read from the database at the scrape goes
+//! into a recorder of that scrape's own, so a failed read leaves its gauges
+//! out rather than showing their last values.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
 use super::AppState;
 use crate::ingest::batch::BatchStats;
@@ -19,24 +29,104 @@ use crate::outbox::store;
 use crate::outbox::worker::DrainerStats;
 use crate::sweep::schedule::SweepStats;
 
+const REQUESTS: &str = "webhookd_http_requests_total";
+const EVENTS: &str = "webhookd_events_total";
+const INGEST_DURATION: &str = "webhookd_ingest_duration_seconds";
+const BATCHES: &str = "webhookd_ingest_batches_total";
+const BATCHED_EVENTS: &str = "webhookd_ingest_batched_events_total";
+const BATCH_FALLBACKS: &str = "webhookd_ingest_batch_fallbacks_total";
+const BATCH_SIZE: &str = "webhookd_ingest_batch_size";
+const DELIVERIES: &str = "webhookd_outbox_deliveries_total";
+const ABANDONED: &str = "webhookd_outbox_abandoned_total";
+const LEASE_STATEMENTS: &str = "webhookd_outbox_lease_statements_total";
+const RECORD_STATEMENTS: &str = "webhookd_outbox_record_statements_total";
+const HELD_BYTES: &str = "webhookd_outbox_held_bytes";
+const PEAK_HELD_BYTES: &str = "webhookd_outbox_peak_held_bytes";
+const OUTBOX_DEPTH: &str = "webhookd_outbox_depth";
+const OLDEST_PENDING: &str = "webhookd_outbox_oldest_pending_age_seconds";
+const OUTBOX_DEAD: &str = "webhookd_outbox_dead";
+const LOG_LINES_DROPPED: &str = "webhookd_log_lines_dropped_total";
+const SWEEP_RUNS: &str = "webhookd_sweep_runs_total";
+const SWEEP_EVENTS: &str = "webhookd_sweep_events_total";
+const SWEEP_LAST_SUCCESS: &str = "webhookd_sweep_last_success_timestamp_seconds";
+
 /// Upper bounds (seconds) of the ingest latency histogram.
-const BUCKETS: [f64; 13] = [
+const LATENCY_BUCKETS: [f64; 13] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
+/// Upper bounds (events) of the batch size histogram.
+const BATCH_SIZE_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
-#[derive(Debug, Default)]
-struct Registry {
-    requests: BTreeMap<(String, u16), u64>,
-    events: BTreeMap<(String, &'static str), u64>,
-    ingest: BTreeMap<String, Histogram>,
-}
+/// The HELP text of every metric, by kind and name.
+const COUNTERS: [(&str, &str); 12] = [
+    (REQUESTS, "HTTP requests by matched route and status."),
+    (EVENTS, "Webhook deliveries by provider and outcome."),
+    (
+        BATCHES,
+        "Batches of events committed together (group commit).",
+    ),
+    (BATCHED_EVENTS, "Events carried by those batches."),
+    (
+        BATCH_FALLBACKS,
+        "Batches that failed and were applied one event at a time.",
+    ),
+    (
+        DELIVERIES,
+        "Outbox delivery attempts by result (this process).",
+    ),
+    (
+        ABANDONED,
+        "Rows dead-lettered at lease: their last attempt never reported back.",
+    ),
+    (LEASE_STATEMENTS, "Lease statements the drainer ran."),
+    (
+        RECORD_STATEMENTS,
+        "Statements that recorded delivery outcomes, each of many rows.",
+    ),
+    (
+        LOG_LINES_DROPPED,
+        "Log lines dropped because the log output was closed or did not keep up.",
+    ),
+    (
+        SWEEP_RUNS,
+        "Periodic sweeps run by this process, by result.",
+    ),
+    (
+        SWEEP_EVENTS,
+        "Events the sweeps of this process listed, by result.",
+    ),
+];
+const GAUGES: [(&str, &str); 6] = [
+    (HELD_BYTES, "Payload bytes leased and not yet settled."),
+    (
+        PEAK_HELD_BYTES,
+        "The most payload bytes held at once since start.",
+    ),
+    (OUTBOX_DEPTH, "Outbox rows waiting for delivery."),
+    (
+        OLDEST_PENDING,
+        "Age of the oldest row waiting for delivery.",
+    ),
+    (OUTBOX_DEAD, "Dead-lettered outbox rows."),
+    (
+        SWEEP_LAST_SUCCESS,
+        "When a sweep of the provider last succeeded.",
+    ),
+];
+const HISTOGRAMS: [(&str, &str); 2] = [
+    (INGEST_DURATION, "Time to verify and apply one delivery."),
+    (BATCH_SIZE, "Events carried by each batch (group commit)."),
+];
+
+/// What the recorder is told of where a metric comes from (it ignores it).
+const METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// Histogram samples wait in the recorder until a render or an upkeep folds
+/// them in: one upkeep every this many requests bounds them in a process
+/// that nobody scrapes.
+const UPKEEP_EVERY: u64 = 1024;
 
 /// The counters of this process's background tasks, when it runs them.
 #[derive(Debug, Default, Clone)]
@@ -47,229 +137,214 @@ pub struct WorkerStats {
     pub sweeps: Option<Arc<SweepStats>>,
 }
 
-/// The process's counters. Cheap to share.
-#[derive(Debug, Default)]
+/// The process's counters, in a recorder of their own. Cheap to share.
+#[derive(Debug)]
 pub struct Metrics {
-    registry: Mutex<Registry>,
+    recorder: PrometheusRecorder,
+    /// Requests counted, for the upkeep.
+    requests: AtomicU64,
     deliveries: Option<Arc<DrainerStats>>,
     sweeps: Option<Arc<SweepStats>>,
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new(WorkerStats::default())
+    }
+}
+
 impl Metrics {
     pub fn new(workers: WorkerStats) -> Self {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(INGEST_DURATION.into()), &LATENCY_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), &BATCH_SIZE_BUCKETS)
+            })
+            .expect("the buckets are not empty")
+            .build_recorder();
+        describe(&recorder);
         Metrics {
-            registry: Mutex::default(),
+            recorder,
+            requests: AtomicU64::new(0),
             deliveries: workers.deliveries,
             sweeps: workers.sweeps,
         }
     }
 
-    /// The sweep's counters (this process's runs) and each provider's last
-    /// successful sweep (any process's, from the `sweeps` table).
-    fn render_sweeps(&self, out: &mut String, last_successes: &[(String, i64)]) {
-        if let Some(stats) = &self.sweeps {
-            out.push_str("# HELP webhookd_sweep_runs_total Periodic sweeps run by this process, by result.\n");
-            out.push_str("# TYPE webhookd_sweep_runs_total counter\n");
-            for (provider, counters) in &stats.providers {
-                for (result, counter) in
-                    [("ok", &counters.runs_ok), ("failed", &counters.runs_failed)]
-                {
-                    let n = counter.load(Ordering::Relaxed);
-                    let _ = writeln!(
-                        out,
-                        "webhookd_sweep_runs_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
-                    );
-                }
-            }
-            out.push_str("# HELP webhookd_sweep_events_total Events the sweeps of this process listed, by result.\n");
-            out.push_str("# TYPE webhookd_sweep_events_total counter\n");
-            for (provider, counters) in &stats.providers {
-                for (result, counter) in [
-                    ("recovered", &counters.recovered),
-                    ("already_seen", &counters.already_seen),
-                    ("skipped", &counters.skipped),
-                ] {
-                    let n = counter.load(Ordering::Relaxed);
-                    let _ = writeln!(
-                        out,
-                        "webhookd_sweep_events_total{{provider=\"{provider}\",result=\"{result}\"}} {n}"
-                    );
-                }
-            }
-        }
-        if !last_successes.is_empty() {
-            out.push_str("# HELP webhookd_sweep_last_success_timestamp_seconds When a sweep of the provider last succeeded.\n");
-            out.push_str("# TYPE webhookd_sweep_last_success_timestamp_seconds gauge\n");
-            for (provider, at) in last_successes {
-                let _ = writeln!(
-                    out,
-                    "webhookd_sweep_last_success_timestamp_seconds{{provider=\"{provider}\"}} {at}"
-                );
-            }
-        }
+    fn counter(&self, name: &'static str, labels: Vec<Label>) -> Counter {
+        self.recorder
+            .register_counter(&Key::from_parts(name, labels), &METADATA)
     }
 
-    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
-        // A panic elsewhere while holding the lock leaves counts usable.
-        self.registry
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn gauge(&self, name: &'static str, labels: Vec<Label>) -> Gauge {
+        gauge(&self.recorder, name, labels)
     }
 
     pub fn request(&self, route: &str, status: u16) {
-        *self
-            .registry()
-            .requests
-            .entry((route.to_owned(), status))
-            .or_default() += 1;
+        let labels = vec![
+            Label::new("route", route.to_owned()),
+            Label::new("status", status.to_string()),
+        ];
+        self.counter(REQUESTS, labels).increment(1);
+        if self.requests.fetch_add(1, Ordering::Relaxed) % UPKEEP_EVERY == UPKEEP_EVERY - 1 {
+            self.recorder.handle().run_upkeep();
+        }
     }
 
-    /// One webhook's fate: an [`crate::effects::Outcome`] or a refusal label.
+    /// One webhook's fate: an [`crate::events::Outcome`] or a refusal label.
     pub fn event(&self, provider: &str, outcome: &'static str) {
-        *self
-            .registry()
-            .events
-            .entry((provider.to_owned(), outcome))
-            .or_default() += 1;
+        let labels = vec![
+            Label::new("provider", provider.to_owned()),
+            Label::from_static_parts("outcome", outcome),
+        ];
+        self.counter(EVENTS, labels).increment(1);
     }
 
     pub fn ingest_latency(&self, provider: &str, elapsed: Duration) {
-        let secs = elapsed.as_secs_f64();
-        let mut registry = self.registry();
-        let histogram = registry.ingest.entry(provider.to_owned()).or_default();
-        for (bound, count) in BUCKETS.iter().zip(histogram.counts.iter_mut()) {
-            if secs <= *bound {
-                *count += 1;
-            }
-        }
-        histogram.count += 1;
-        histogram.sum += secs;
+        let key = Key::from_parts(
+            INGEST_DURATION,
+            vec![Label::new("provider", provider.to_owned())],
+        );
+        self.recorder
+            .register_histogram(&key, &METADATA)
+            .record(elapsed.as_secs_f64());
     }
 
-    /// The text exposition, with the outbox gauges when they could be read.
-    pub fn render(&self, depth: Option<store::Depth>, batches: &BatchStats) -> String {
-        let registry = self.registry();
-        let mut out = String::new();
-        out.push_str(
-            "# HELP webhookd_http_requests_total HTTP requests by matched route and status.\n",
-        );
-        out.push_str("# TYPE webhookd_http_requests_total counter\n");
-        for ((route, status), n) in &registry.requests {
-            let _ = writeln!(
-                out,
-                "webhookd_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP webhookd_events_total Webhook deliveries by provider and outcome.\n");
-        out.push_str("# TYPE webhookd_events_total counter\n");
-        for ((provider, outcome), n) in &registry.events {
-            let _ = writeln!(
-                out,
-                "webhookd_events_total{{provider=\"{provider}\",outcome=\"{outcome}\"}} {n}"
-            );
-        }
-        out.push_str(
-            "# HELP webhookd_ingest_duration_seconds Time to verify and apply one delivery.\n",
-        );
-        out.push_str("# TYPE webhookd_ingest_duration_seconds histogram\n");
-        for (provider, h) in &registry.ingest {
-            for (bound, count) in BUCKETS.iter().zip(h.counts.iter()) {
-                let _ = writeln!(
-                    out,
-                    "webhookd_ingest_duration_seconds_bucket{{provider=\"{provider}\",le=\"{bound}\"}} {count}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "webhookd_ingest_duration_seconds_bucket{{provider=\"{provider}\",le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "webhookd_ingest_duration_seconds_sum{{provider=\"{provider}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "webhookd_ingest_duration_seconds_count{{provider=\"{provider}\"}} {}",
-                h.count
-            );
-        }
-        for (name, help, counter) in [
-            (
-                "webhookd_ingest_batches_total",
-                "Batches of events committed together (group commit).",
-                &batches.batches,
-            ),
-            (
-                "webhookd_ingest_batched_events_total",
-                "Events carried by those batches.",
-                &batches.events,
-            ),
-            (
-                "webhookd_ingest_batch_fallbacks_total",
-                "Batches that failed and were applied one event at a time.",
-                &batches.fallbacks,
-            ),
-        ] {
-            single(
-                &mut out,
-                name,
-                "counter",
-                help,
-                counter.load(Ordering::Relaxed),
-            );
-        }
-        if let Some(stats) = &self.deliveries {
-            out.push_str("# HELP webhookd_outbox_deliveries_total Outbox delivery attempts by result (this process).\n");
-            out.push_str("# TYPE webhookd_outbox_deliveries_total counter\n");
-            for (result, counter) in [
-                ("delivered", &stats.delivered),
-                ("retried", &stats.retried),
-                ("dead", &stats.dead),
-                ("lost_lease", &stats.lost_leases),
-            ] {
-                let n = counter.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "webhookd_outbox_deliveries_total{{result=\"{result}\"}} {n}"
-                );
-            }
-            render_drainer(&mut out, stats);
-        }
-        if let Some(depth) = depth {
-            for (name, help, value) in [
-                (
-                    "webhookd_outbox_depth",
-                    "Outbox rows waiting for delivery.",
-                    depth.pending as f64,
-                ),
-                (
-                    "webhookd_outbox_oldest_pending_age_seconds",
-                    "Age of the oldest row waiting for delivery.",
-                    depth.oldest_pending_secs,
-                ),
-                (
-                    "webhookd_outbox_dead",
-                    "Dead-lettered outbox rows.",
-                    depth.dead as f64,
-                ),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-                );
-            }
-        }
-        single(
-            &mut out,
-            "webhookd_log_lines_dropped_total",
-            "counter",
-            "Log lines dropped because the log output was closed or did not keep up.",
-            crate::telemetry::log_lines_dropped(),
-        );
+    /// Where the group commit records each batch's events
+    /// (`webhookd_ingest_batch_size`).
+    pub fn batch_sizes(&self) -> Histogram {
+        self.recorder
+            .register_histogram(&Key::from_static_name(BATCH_SIZE), &METADATA)
+    }
+
+    /// The text exposition: this process's counters, then the outbox gauges
+    /// and the sweeps' last successes when they could be read.
+    pub fn render(
+        &self,
+        depth: Option<store::Depth>,
+        last_successes: &[(String, i64)],
+        batches: &BatchStats,
+    ) -> String {
+        self.collect(batches);
+        let mut out = self.recorder.handle().render();
+        out.push_str(&snapshot(depth, last_successes));
         out
     }
+
+    /// Copies the domain's counters into the recorder.
+    fn collect(&self, batches: &BatchStats) {
+        for (name, counter) in [
+            (BATCHES, &batches.batches),
+            (BATCHED_EVENTS, &batches.events),
+            (BATCH_FALLBACKS, &batches.fallbacks),
+        ] {
+            self.counter(name, Vec::new())
+                .absolute(counter.load(Ordering::Relaxed));
+        }
+        self.counter(LOG_LINES_DROPPED, Vec::new())
+            .absolute(crate::telemetry::log_lines_dropped());
+        if let Some(stats) = &self.deliveries {
+            self.collect_drainer(stats);
+        }
+        if let Some(stats) = &self.sweeps {
+            self.collect_sweeps(stats);
+        }
+    }
+
+    /// The drainer's attempts, statements and memory (this process).
+    fn collect_drainer(&self, stats: &DrainerStats) {
+        for (result, counter) in [
+            ("delivered", &stats.delivered),
+            ("retried", &stats.retried),
+            ("dead", &stats.dead),
+            ("lost_lease", &stats.lost_leases),
+        ] {
+            self.counter(DELIVERIES, vec![Label::from_static_parts("result", result)])
+                .absolute(counter.load(Ordering::Relaxed));
+        }
+        for (name, counter) in [
+            (ABANDONED, &stats.abandoned),
+            (LEASE_STATEMENTS, &stats.lease_statements),
+            (RECORD_STATEMENTS, &stats.record_statements),
+        ] {
+            self.counter(name, Vec::new())
+                .absolute(counter.load(Ordering::Relaxed));
+        }
+        for (name, bytes) in [
+            (HELD_BYTES, &stats.held_bytes),
+            (PEAK_HELD_BYTES, &stats.peak_held_bytes),
+        ] {
+            self.gauge(name, Vec::new())
+                .set(bytes.load(Ordering::Relaxed) as f64);
+        }
+    }
+
+    /// The sweeps' runs and listed events (this process), by provider.
+    fn collect_sweeps(&self, stats: &SweepStats) {
+        for (provider, counters) in &stats.providers {
+            let labels = |result| {
+                vec![
+                    Label::from_static_parts("provider", provider),
+                    Label::from_static_parts("result", result),
+                ]
+            };
+            for (result, counter) in [("ok", &counters.runs_ok), ("failed", &counters.runs_failed)]
+            {
+                self.counter(SWEEP_RUNS, labels(result))
+                    .absolute(counter.load(Ordering::Relaxed));
+            }
+            for (result, counter) in [
+                ("recovered", &counters.recovered),
+                ("already_seen", &counters.already_seen),
+                ("skipped", &counters.skipped),
+            ] {
+                self.counter(SWEEP_EVENTS, labels(result))
+                    .absolute(counter.load(Ordering::Relaxed));
+            }
+        }
+    }
+}
+
+fn describe(recorder: &PrometheusRecorder) {
+    let text = |(name, help)| (KeyName::from_const_str(name), SharedString::const_str(help));
+    for (name, help) in COUNTERS.map(text) {
+        recorder.describe_counter(name, None, help);
+    }
+    for (name, help) in GAUGES.map(text) {
+        recorder.describe_gauge(name, None, help);
+    }
+    for (name, help) in HISTOGRAMS.map(text) {
+        recorder.describe_histogram(name, None, help);
+    }
+}
+
+fn gauge(recorder: &PrometheusRecorder, name: &'static str, labels: Vec<Label>) -> Gauge {
+    recorder.register_gauge(&Key::from_parts(name, labels), &METADATA)
+}
+
+/// What this scrape read from the database (the outbox's rows, each
+/// provider's last successful sweep by any process), rendered from a
+/// recorder of the scrape's own; nothing when nothing could be read.
+fn snapshot(depth: Option<store::Depth>, last_successes: &[(String, i64)]) -> String {
+    if depth.is_none() && last_successes.is_empty() {
+        return String::new();
+    }
+    let recorder = PrometheusBuilder::new().build_recorder();
+    describe(&recorder);
+    if let Some(depth) = depth {
+        for (name, value) in [
+            (OUTBOX_DEPTH, depth.pending as f64),
+            (OLDEST_PENDING, depth.oldest_pending_secs),
+            (OUTBOX_DEAD, depth.dead as f64),
+        ] {
+            gauge(&recorder, name, Vec::new()).set(value);
+        }
+    }
+    for (provider, at) in last_successes {
+        let labels = vec![Label::new("provider", provider.clone())];
+        gauge(&recorder, SWEEP_LAST_SUCCESS, labels).set(*at as f64);
+    }
+    recorder.handle().render()
 }
 
 /// `GET /metrics`. The outbox gauges are read from the database with a short
@@ -287,8 +362,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     .ok()
     .and_then(Result::ok)
     .unwrap_or_default();
-    let mut body = state.metrics.render(depth, state.ingestor.batch_stats());
-    state.metrics.render_sweeps(&mut body, &swept);
+    let body = state
+        .metrics
+        .render(depth, &swept, state.ingestor.batch_stats());
     (
         [(
             header::CONTENT_TYPE,
@@ -308,50 +384,4 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
     let response = next.run(request).await;
     state.metrics.request(&route, response.status().as_u16());
     response
-}
-
-/// The drainer's statements and memory (this process).
-fn render_drainer(out: &mut String, stats: &DrainerStats) {
-    for (name, kind, help, counter) in [
-        (
-            "webhookd_outbox_abandoned_total",
-            "counter",
-            "Rows dead-lettered at lease: their last attempt never reported back.",
-            &stats.abandoned,
-        ),
-        (
-            "webhookd_outbox_lease_statements_total",
-            "counter",
-            "Lease statements the drainer ran.",
-            &stats.lease_statements,
-        ),
-        (
-            "webhookd_outbox_record_statements_total",
-            "counter",
-            "Statements that recorded delivery outcomes, each of many rows.",
-            &stats.record_statements,
-        ),
-        (
-            "webhookd_outbox_held_bytes",
-            "gauge",
-            "Payload bytes leased and not yet settled.",
-            &stats.held_bytes,
-        ),
-        (
-            "webhookd_outbox_peak_held_bytes",
-            "gauge",
-            "The most payload bytes held at once since start.",
-            &stats.peak_held_bytes,
-        ),
-    ] {
-        single(out, name, kind, help, counter.load(Ordering::Relaxed));
-    }
-}
-
-/// One unlabelled metric with its help and type.
-fn single(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
 }

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use metrics::Histogram;
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
@@ -79,8 +80,14 @@ impl Batcher {
     /// Starts the dispatcher on `tasks`, where its batches run too. It stops
     /// once every clone of the batcher is dropped and the queue is empty, or
     /// at [`Batcher::close`]; batches already running finish: waiting for
-    /// `tasks` waits for them.
-    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake, tasks: &TaskTracker) -> Self {
+    /// `tasks` waits for them. `sizes` records each batch's events.
+    pub fn start(
+        pool: PgPool,
+        settings: BatchSettings,
+        wake: Wake,
+        tasks: &TaskTracker,
+        sizes: Histogram,
+    ) -> Self {
         let settings = BatchSettings {
             max_events: settings.max_events.max(1),
             concurrency: settings.concurrency.max(1),
@@ -92,6 +99,7 @@ impl Batcher {
             wake,
             stats: stats.clone(),
             tasks: tasks.clone(),
+            sizes,
         };
         let closed = CancellationToken::new();
         tasks.spawn(dispatch(batches, jobs, settings, closed.clone()));
@@ -132,6 +140,7 @@ struct Batches {
     stats: Arc<BatchStats>,
     /// Where batches run.
     tasks: TaskTracker,
+    sizes: Histogram,
 }
 
 async fn dispatch(
@@ -189,6 +198,7 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
     stats
         .events
         .fetch_add(events.len() as u64, Ordering::Relaxed);
+    batches.sizes.record(events.len() as f64);
     let wanted = |i: usize| {
         let reply = replies[i].lock().expect("never poisoned");
         reply.as_ref().is_some_and(|reply| !reply.is_closed())
@@ -282,6 +292,7 @@ pub async fn apply(pool: &PgPool, events: &[Event], wake: Wake) -> Vec<Answer> {
         wake,
         stats: Arc::default(),
         tasks: TaskTracker::new(),
+        sizes: Histogram::noop(),
     };
     let (jobs, answers): (Vec<Job>, Vec<_>) = events
         .iter()

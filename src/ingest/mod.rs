@@ -32,8 +32,19 @@ impl Ingestor {
     /// runtime): shutdown waits for them once the ingestor is dropped.
     /// `wake` is how the drainer hears of new outbox rows.
     pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake, tasks: &TaskTracker) -> Self {
+        Self::start_with_sizes(pool, settings, wake, tasks, metrics::Histogram::noop())
+    }
+
+    /// [`Ingestor::start`], recording each batch's events in `batch_sizes`.
+    pub fn start_with_sizes(
+        pool: PgPool,
+        settings: BatchSettings,
+        wake: Wake,
+        tasks: &TaskTracker,
+        batch_sizes: metrics::Histogram,
+    ) -> Self {
         Ingestor {
-            batcher: Batcher::start(pool, settings, wake, tasks),
+            batcher: Batcher::start(pool, settings, wake, tasks, batch_sizes),
         }
     }
 

@@ -64,17 +64,19 @@ impl Application {
             tracing::warn!("no provider has a secret configured: every /webhooks/... answers 404");
         }
         tracing::info!(providers = ?providers.names(), "mounted providers");
-        let ingestor = Ingestor::start(
+        let metrics = Arc::new(Metrics::new(workers.stats));
+        let ingestor = Ingestor::start_with_sizes(
             pool.clone(),
             batch_settings(settings),
             workers.wake,
             &workers.tasks,
+            metrics.batch_sizes(),
         );
         let state = AppState {
             ingestor: ingestor.clone(),
             pool,
             providers,
-            metrics: Arc::new(Metrics::new(workers.stats)),
+            metrics,
             clock,
             shutdown: shutdown.clone(),
         };

@@ -72,7 +72,14 @@ impl Server {
 
     pub(crate) async fn start_with(database_url: &str, env: &[(&str, &str)]) -> Server {
         let port = free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_webhookd"));
+        // The test's own OTEL_* variables would send the server's spans away.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("OTEL_") {
+                command.env_remove(name);
+            }
+        }
+        let mut child = command
             .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
@@ -410,4 +417,171 @@ async fn no_field_from_the_network_reaches_a_log_line_unbounded(pool: PgPool) {
             telemetry::MAX_LOGGED_BYTES
         );
     }
+}
+
+/// One request to the fake OpenTelemetry collector.
+struct Export {
+    path: String,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+/// A fake OTLP/HTTP collector on `listener`: every request it gets, on any
+/// path, is sent to the receiver as soon as its body is read, before it is
+/// answered (200 with an empty message, a valid export response).
+fn collector(listener: tokio::net::TcpListener) -> tokio::sync::mpsc::UnboundedReceiver<Export> {
+    let (sender, exports) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let sender = sender.clone();
+        async move {
+            let path = request.uri().path().to_owned();
+            let content_type = request
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let body = axum::body::to_bytes(request.into_body(), usize::MAX)
+                .await
+                .unwrap_or_default()
+                .to_vec();
+            let _ = sender.send(Export {
+                path,
+                content_type,
+                body,
+            });
+            (
+                [("content-type", "application/x-protobuf")],
+                Vec::<u8>::new(),
+            )
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    exports
+}
+
+/// A length-delimited protobuf field (`tag` is field number and wire type 2).
+fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag, u8::try_from(bytes.len()).unwrap()];
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// A `KeyValue` attribute with a string value, as OTLP encodes it.
+fn string_attribute(key: &str, value: &str) -> Vec<u8> {
+    let any_value = field(0x0a, value.as_bytes());
+    [field(0x0a, key.as_bytes()), field(0x12, &any_value)].concat()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[sqlx::test]
+async fn spans_reach_an_otlp_collector_and_are_flushed_on_sigterm(pool: PgPool) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let mut exports = collector(listener);
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+    let server = Server::start_with(&database_url(&pool), &env).await;
+    let body = payment_intent_succeeded("evt_otlp", "pi_otlp", "user_otlp", 100);
+    assert_eq!(server.post(body).await.unwrap().status(), StatusCode::OK);
+
+    server.signal("-TERM");
+    let (status, logs) = server.wait().await;
+    assert!(status.success(), "exit status {status:?}; logs:\n{logs}");
+    // The spans were exported at the latest while the process exited; the
+    // wait is bounded all the same.
+    let first = tokio::time::timeout(Duration::from_secs(10), exports.recv())
+        .await
+        .expect("no export reached the collector")
+        .unwrap();
+    let mut received = vec![first];
+    while let Ok(export) = exports.try_recv() {
+        received.push(export);
+    }
+    for export in &received {
+        assert_eq!(export.path, "/v1/traces");
+        assert_eq!(export.content_type, "application/x-protobuf");
+    }
+    let bodies = received
+        .iter()
+        .flat_map(|e| e.body.clone())
+        .collect::<Vec<_>>();
+    // Span.name is field 5; the resource and span attributes are KeyValues.
+    assert!(
+        contains(&bodies, &field(0x2a, b"request")),
+        "the request span"
+    );
+    assert!(
+        contains(&bodies, &field(0x2a, b"webhook")),
+        "the webhook span"
+    );
+    for (key, value) in [
+        ("service.name", "webhookd"),
+        ("provider", "stripe"),
+        ("event_id", "evt_otlp"),
+        ("outcome", "processed"),
+    ] {
+        let attribute = string_attribute(key, value);
+        assert!(contains(&bodies, &attribute), "{key}={value}");
+    }
+    assert!(
+        contains(&bodies, b"webhook processed"),
+        "the webhook's log line, as a span event"
+    );
+    assert!(
+        !contains(&bodies, SECRET.as_bytes()),
+        "the secret was exported"
+    );
+}
+
+#[sqlx::test]
+async fn without_an_endpoint_no_span_leaves_the_process(pool: PgPool) {
+    // The SDK's default endpoint (localhost:4318): where an exporter built
+    // without one would send. Skipped when something else holds the port.
+    let Ok(listener) = tokio::net::TcpListener::bind("127.0.0.1:4318").await else {
+        eprintln!("skipped: 127.0.0.1:4318 is in use");
+        return;
+    };
+    let mut exports = collector(listener);
+    // No OTEL_* variable reaches the server (`Server::start_with`).
+    let server = Server::start(&database_url(&pool)).await;
+    let body = payment_intent_succeeded("evt_no_otlp", "pi_no_otlp", "user_no_otlp", 100);
+    assert_eq!(server.post(body).await.unwrap().status(), StatusCode::OK);
+    server.signal("-TERM");
+    let (status, logs) = server.wait().await;
+    assert!(status.success(), "exit status {status:?}; logs:\n{logs}");
+    // An exporter would have sent its spans before the process ended (it
+    // flushes them at exit), and the collector queues a request before
+    // answering it: whatever was sent is in the channel by now.
+    assert!(
+        exports.try_recv().is_err(),
+        "a request reached the collector"
+    );
+}
+
+#[sqlx::test]
+async fn a_collector_that_never_answers_holds_neither_deliveries_nor_the_exit(pool: PgPool) {
+    // Connections are queued by the kernel and never accepted: each export
+    // waits until it gives up.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", stalled.local_addr().unwrap());
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+    let server = Server::start_with(&database_url(&pool), &env).await;
+    for n in 0..3 {
+        let body = payment_intent_succeeded(&format!("evt_st{n}"), "pi_st", "user_st", 100);
+        assert_eq!(server.post(body).await.unwrap().status(), StatusCode::OK);
+    }
+    server.signal("-TERM");
+    // The last spans are waited for at most telemetry::SPAN_FLUSH_LIMIT.
+    let limit = telemetry::SPAN_FLUSH_LIMIT + Duration::from_secs(10);
+    let (status, logs) = tokio::time::timeout(limit, server.wait())
+        .await
+        .expect("the exit waited on the collector");
+    assert!(status.success(), "exit status {status:?}; logs:\n{logs}");
+    assert!(
+        !logs.contains(&endpoint),
+        "the endpoint was logged:\n{logs}"
+    );
 }

@@ -153,6 +153,13 @@ async fn metrics_count_every_outcome(pool: PgPool) {
         metrics.get("webhookd_ingest_batch_fallbacks_total"),
         Some(&0.0)
     );
+    // ... and so the batch size histogram has them all in its first bucket.
+    let size = |series: &str| metrics.get(&format!("webhookd_ingest_batch_size{series}"));
+    assert_eq!(size("_bucket{le=\"1\"}"), Some(&7.0));
+    assert_eq!(size("_bucket{le=\"256\"}"), Some(&7.0));
+    assert_eq!(size("_bucket{le=\"+Inf\"}"), Some(&7.0));
+    assert_eq!(size("_count"), Some(&7.0));
+    assert_eq!(size("_sum"), Some(&7.0));
     assert!(metrics.contains_key("webhookd_outbox_oldest_pending_age_seconds"));
 }
 
