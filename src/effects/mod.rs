@@ -6,6 +6,7 @@
 mod credits;
 mod currency;
 mod money;
+pub mod paypal;
 pub mod plan;
 pub mod razorpay;
 pub mod source;
@@ -107,6 +108,7 @@ pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Er
     match event.kind() {
         Kind::Stripe => stripe::apply(conn, event).await,
         Kind::Razorpay => razorpay::apply(conn, event).await,
+        Kind::Paypal => paypal::apply(conn, event).await,
         Kind::Source => source::apply(conn, event).await,
     }
 }

@@ -52,6 +52,7 @@ pub fn plan(event: &Event) -> Plan {
     match event.kind() {
         Kind::Stripe => super::stripe::plan(event),
         Kind::Razorpay => super::razorpay::plan(event),
+        Kind::Paypal => super::paypal::plan(event),
         // One outbox row keyed by the event itself.
         Kind::Source => Plan::default(),
     }

@@ -6,13 +6,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{SignatureError, UNKNOWN_TYPE, is_identifier, parse_object, payload, razorpay, stripe};
+use super::{
+    SignatureError, UNKNOWN_TYPE, is_identifier, parse_object, payload, paypal, razorpay, stripe,
+};
 
 /// Whose effects table applies to an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Stripe,
     Razorpay,
+    Paypal,
     /// A configured generic source: verified, deduped, forwarded.
     Source,
 }
@@ -196,6 +199,7 @@ impl Event {
         match provider {
             stripe::PROVIDER => stripe::parse_event(&payload),
             razorpay::PROVIDER => razorpay::parse_event(&payload, Some(event_id)),
+            paypal::PROVIDER => paypal::parse_event(&payload, None),
             source => source_event(
                 &Arc::from(source),
                 event_id.to_owned(),

@@ -13,6 +13,7 @@ mod fields;
 pub mod github;
 mod keys;
 mod payload;
+pub mod paypal;
 pub mod razorpay;
 pub mod shopify;
 pub mod standard;
