@@ -78,9 +78,9 @@ mod tests {
     #[test]
     fn the_event_time_falls_back_from_create_time_to_update_time_to_the_transmission() {
         let body = r#"{"id":"WH-1","event_type":"PAYMENT.CAPTURE.COMPLETED","create_time":"2026-12-01T10:00:00.123Z","resource":{"update_time":"2026-12-01T09:00:00Z"}}"#;
-        assert_eq!(event(body, Some(1)).created(), Some(1_764_583_200));
+        assert_eq!(event(body, Some(1)).created(), Some(1_796_119_200));
         let body = r#"{"id":"WH-1","event_type":"X","create_time":"2018-19-12T22:20:32Z","resource":{"update_time":"2026-12-01T09:00:00Z"}}"#;
-        assert_eq!(event(body, Some(1)).created(), Some(1_764_579_600));
+        assert_eq!(event(body, Some(1)).created(), Some(1_796_115_600));
         let body =
             r#"{"id":"WH-1","event_type":"X","create_time":"2018-19-12T22:20:32Z","resource":{}}"#;
         assert_eq!(event(body, Some(7)).created(), Some(7));
