@@ -11,6 +11,19 @@ use super::{Event, Kind, SignatureError, Via, is_identifier, is_unix_time, parse
 
 pub const PROVIDER: &str = "paypal";
 
+/// What PayPal signs for a delivery:
+/// `{transmission_id}|{transmission_time}|{webhook_id}|{crc32}`, where
+/// `crc32` is the CRC-32 (IEEE) of the raw body as an unsigned decimal.
+pub fn signed_message(
+    transmission_id: &str,
+    transmission_time: &str,
+    webhook_id: &str,
+    body: &[u8],
+) -> String {
+    let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(body);
+    format!("{transmission_id}|{transmission_time}|{webhook_id}|{crc}")
+}
+
 /// An event that PayPal's API listed to us
 /// (`GET /v1/notifications/webhooks-events`, over TLS, with our OAuth
 /// token): trusted like a verified delivery, recorded as found by a sweep.
@@ -90,6 +103,15 @@ mod tests {
         assert_eq!(parsed.created(), None);
         assert_eq!(parsed.object()["id"], "C");
         assert_eq!(parsed.kind(), Kind::Paypal);
+    }
+
+    #[test]
+    fn the_signed_message_carries_the_body_s_crc32_in_decimal() {
+        // zlib.crc32(b"hello") == 907060870
+        assert_eq!(
+            signed_message("t-1", "2026-12-01T10:00:00Z", "WH", b"hello"),
+            "t-1|2026-12-01T10:00:00Z|WH|907060870"
+        );
     }
 
     #[test]
