@@ -13,11 +13,13 @@ pub use crate::telemetry::LogFormat;
 
 mod connections;
 mod outbox;
+mod paypal;
 mod sources;
 mod sweep;
 pub use crate::secrets::{Secrets, parse_secrets};
 pub use connections::ConnectionSettings;
 pub use outbox::{OutboxOrder, OutboxSettings};
+pub use paypal::PaypalArgs;
 pub use sources::{SourceScheme, SourceSettings, sources_from_env};
 pub use sweep::{PeriodicSweepArgs, RazorpayApiArgs, StripeApiArgs};
 
@@ -139,6 +141,9 @@ pub struct ServeSettings {
 
     #[command(flatten)]
     pub connections: ConnectionSettings,
+
+    #[command(flatten)]
+    pub paypal: PaypalArgs,
 
     #[command(flatten)]
     pub sweep: PeriodicSweepArgs,

@@ -45,6 +45,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::UnknownProvider => StatusCode::NOT_FOUND,
+            ApiError::Signature(SignatureError::KeyUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Signature(_) => StatusCode::BAD_REQUEST,
             ApiError::Unavailable(_) | ApiError::TimedOut => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -32,7 +32,12 @@ pub async fn receive(
         return Err(ApiError::UnknownProvider);
     };
     span.record("provider", provider.as_str());
-    let event = match verifier.verify(&headers, &body, state.clock.now()) {
+    let now = state.clock.now();
+    let checked = match verifier.prepare(&headers, now).await {
+        Ok(()) => verifier.verify(&headers, &body, now),
+        Err(refusal) => Err(refusal),
+    };
+    let event = match checked {
         Ok(event) => event,
         Err(refusal) => {
             state.metrics.event(&provider, refusal.label());

@@ -43,8 +43,9 @@ use http::HeaderMap;
 
 use crate::secrets::Secrets;
 
-/// Why a delivery was refused before any database work. Every variant is a
-/// 400: the message is safe to return (it names no secret and echoes no input).
+/// Why a delivery was refused before any database work. Every variant but
+/// [`SignatureError::KeyUnavailable`] is a 400; the message is safe to
+/// return (it names no secret and echoes no input).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
     #[error("missing signature header {0}")]
@@ -59,6 +60,13 @@ pub enum SignatureError {
     TimestampOutsideTolerance,
     #[error("body is not a JSON event: {0}")]
     InvalidPayload(&'static str),
+    /// The signing certificate is not one to trust: 400, nothing written.
+    #[error("untrusted signing certificate: {0}")]
+    InvalidCertificate(&'static str),
+    /// The signing certificate could not be had just now (PayPal's
+    /// certificate fetch failed): 503, so the provider retries.
+    #[error("the signing certificate is unavailable")]
+    KeyUnavailable,
 }
 
 impl SignatureError {
@@ -67,6 +75,7 @@ impl SignatureError {
         match self {
             SignatureError::TimestampOutsideTolerance => "stale",
             SignatureError::InvalidPayload(_) => "invalid_payload",
+            SignatureError::KeyUnavailable => "key_unavailable",
             _ => "invalid_signature",
         }
     }
@@ -74,6 +83,17 @@ impl SignatureError {
 
 /// A signature scheme bound to its secrets: checks one delivery.
 pub trait Verify: Send + Sync + fmt::Debug {
+    /// Fetches what checking this delivery needs beyond the configured
+    /// secrets (PayPal's certificate), outside any transaction. The HMAC
+    /// schemes need nothing.
+    fn prepare<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+        _now: i64,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), SignatureError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// Verifies `body` against `headers` at Unix time `now`, then parses it.
     fn verify(
         &self,
@@ -101,6 +121,8 @@ pub struct Settings {
     pub stripe: Secrets,
     /// Razorpay's webhook secrets; none: Razorpay is not mounted.
     pub razorpay: Secrets,
+    /// PayPal's webhook ids and certificates; none: PayPal is not mounted.
+    pub paypal: Option<paypal::PaypalSettings>,
     pub sources: Vec<Source>,
 }
 
@@ -130,6 +152,9 @@ impl Providers {
         }
         if let Some(razorpay) = razorpay::RazorpayVerifier::new(&settings.razorpay) {
             providers.insert(razorpay::PROVIDER, razorpay);
+        }
+        if let Some(paypal) = &settings.paypal {
+            providers.insert(paypal::PROVIDER, paypal::PaypalVerifier::new(paypal)?);
         }
         for source in &settings.sources {
             let name: Arc<str> = source.name.as_str().into();

@@ -2,12 +2,17 @@
 //! certificate their `PAYPAL-CERT-URL` names ([`certs`]), and the event
 //! envelope (`id`, `event_type`, `create_time`, `resource`).
 
+pub mod certs;
+mod verify;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use super::{Event, Kind, SignatureError, Via, is_identifier, is_unix_time, parse_object};
+
+pub use verify::{AUTH_ALGO, PaypalSettings, PaypalVerifier};
 
 pub const PROVIDER: &str = "paypal";
 

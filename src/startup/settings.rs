@@ -12,6 +12,8 @@ use crate::db;
 use crate::http::serve::{self, ConnectionLimits};
 use crate::ingest::batch::BatchSettings;
 use crate::outbox::worker::LEASE_MARGIN;
+use crate::providers::paypal::PaypalSettings;
+use crate::providers::paypal::certs::CertSettings;
 use crate::providers::{self, Providers};
 
 /// Checks everything about the configuration of `serve` that can be checked
@@ -53,6 +55,20 @@ pub(super) fn set(value: &Option<SecretString>) -> Option<SecretString> {
         .cloned()
 }
 
+/// PayPal's verifier settings, when a webhook id is configured.
+fn paypal_settings(settings: &ServeSettings) -> Option<PaypalSettings> {
+    let webhook_ids = settings.paypal.webhook_ids();
+    (!webhook_ids.is_empty()).then(|| PaypalSettings {
+        webhook_ids,
+        tolerance_secs: settings.tolerance_secs,
+        certs: CertSettings {
+            dir: settings.paypal.paypal_cert_dir.clone(),
+            timeout: settings.paypal.paypal_cert_timeout,
+            ..CertSettings::default()
+        },
+    })
+}
+
 /// How to reach the database, from `DATABASE_URL` and the pool's settings.
 pub fn database_options(settings: &DatabaseSettings) -> anyhow::Result<db::Options> {
     Ok(db::Options {
@@ -79,6 +95,7 @@ pub fn providers_settings(settings: &ServeSettings) -> providers::Settings {
         tolerance_secs: settings.tolerance_secs,
         stripe: settings.stripe_webhook_secret.clone(),
         razorpay: settings.razorpay_webhook_secret.clone(),
+        paypal: paypal_settings(settings),
         sources: settings
             .sources
             .iter()

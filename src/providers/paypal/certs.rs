@@ -1,0 +1,394 @@
+//! PayPal's signing certificates: the only URLs a delivery's
+//! `PAYPAL-CERT-URL` may name ([`CertRef::parse`], checked before anything
+//! is fetched), and the certificates behind them ([`Store`]): kept in
+//! memory, read from the certificate directory (an operator's pin, held to
+//! the name and validity checks), else fetched from PayPal with a short
+//! timeout, chained to a trusted root, and written to the directory.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName, TrustAnchor, UnixTime};
+use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+
+use crate::providers::SignatureError;
+
+/// Most certificates kept in memory: PayPal rotates them rarely, and a
+/// flood of made-up ids must not grow the process.
+const MAX_CACHED: usize = 64;
+
+/// Largest certificate file read or fetched (a leaf and its chain).
+const MAX_PEM_BYTES: usize = 64 * 1024;
+
+/// Live or sandbox: where the certificate URL points, and the name its
+/// certificate must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Env {
+    Live,
+    Sandbox,
+}
+
+impl Env {
+    fn url_prefix(self) -> &'static str {
+        match self {
+            Env::Live => "https://api.paypal.com/v1/notifications/certs/",
+            Env::Sandbox => "https://api.sandbox.paypal.com/v1/notifications/certs/",
+        }
+    }
+
+    /// The host the certificate is fetched from.
+    pub fn host(self) -> &'static str {
+        match self {
+            Env::Live => "api.paypal.com",
+            Env::Sandbox => "api.sandbox.paypal.com",
+        }
+    }
+
+    /// The name the certificate must carry in its subject or SAN.
+    pub fn signer_name(self) -> &'static str {
+        match self {
+            Env::Live => "messageverificationcerts.paypal.com",
+            Env::Sandbox => "messageverificationcerts.sandbox.paypal.com",
+        }
+    }
+}
+
+/// A certificate URL PayPal may send: one of the two exact prefixes and an
+/// id like `CERT-360caa42-fca2a594-1a5f47cb`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CertRef {
+    pub env: Env,
+    pub id: String,
+}
+
+impl CertRef {
+    /// Anything else (another host, a lookalike, `http`, a port, another
+    /// path, a query, credentials) is refused here, before any fetch.
+    pub fn parse(url: &str) -> Result<CertRef, SignatureError> {
+        let refused = SignatureError::MalformedHeader(
+            "PAYPAL-CERT-URL is not one of PayPal's certificate URLs",
+        );
+        let (env, id) = [Env::Live, Env::Sandbox]
+            .into_iter()
+            .find_map(|env| Some((env, url.strip_prefix(env.url_prefix())?)))
+            .ok_or(refused.clone())?;
+        let well_formed = id.len() <= 64
+            && id.strip_prefix("CERT-").is_some_and(|rest| {
+                !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !well_formed {
+            return Err(refused);
+        }
+        Ok(CertRef {
+            env,
+            id: id.to_owned(),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}{}", self.env.url_prefix(), self.id)
+    }
+}
+
+/// A signing certificate that passed its checks: its RSA key and validity.
+#[derive(Debug)]
+pub struct Cert {
+    /// The DER `RSAPublicKey` of its subject.
+    rsa_public_key: Vec<u8>,
+    not_before: i64,
+    not_after: i64,
+}
+
+impl Cert {
+    /// Whether `signature` is this key's RSA PKCS#1 v1.5 SHA-256 signature
+    /// of `message`.
+    pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            &self.rsa_public_key,
+        )
+        .verify(message, signature)
+        .is_ok()
+    }
+
+    pub fn valid_at(&self, now: i64) -> bool {
+        (self.not_before..=self.not_after).contains(&now)
+    }
+}
+
+/// Reads the leaf `der` of `env`'s signer: an RSA key, the signer's name in
+/// its subject's common name or its SAN, and valid at `now`.
+fn checked(der: &[u8], env: Env, now: i64) -> Result<Cert, SignatureError> {
+    let invalid = SignatureError::InvalidCertificate;
+    let (_, cert) =
+        X509Certificate::from_der(der).map_err(|_| invalid("not an X.509 certificate"))?;
+    let name = env.signer_name();
+    let in_san =
+        cert.subject_alternative_name()
+            .ok()
+            .flatten()
+            .is_some_and(|san| {
+                san.value.general_names.iter().any(
+                    |n| matches!(n, GeneralName::DNSName(dns) if dns.eq_ignore_ascii_case(name)),
+                )
+            });
+    let in_subject = cert
+        .subject()
+        .iter_common_name()
+        .any(|cn| cn.as_str().is_ok_and(|cn| cn.eq_ignore_ascii_case(name)));
+    if !(in_san || in_subject) {
+        return Err(invalid("the certificate does not name PayPal's signer"));
+    }
+    let spki = cert.public_key();
+    if !matches!(
+        spki.parsed(),
+        Ok(x509_parser::public_key::PublicKey::RSA(_))
+    ) {
+        return Err(invalid("the certificate's key is not RSA"));
+    }
+    let checked = Cert {
+        rsa_public_key: spki.subject_public_key.data.to_vec(),
+        not_before: cert.validity().not_before.timestamp(),
+        not_after: cert.validity().not_after.timestamp(),
+    };
+    if !checked.valid_at(now) {
+        return Err(invalid("the certificate is not valid now"));
+    }
+    Ok(checked)
+}
+
+/// How certificates are kept and fetched.
+#[derive(Debug, Clone)]
+pub struct CertSettings {
+    /// Where certificates are kept as `<id>.pem`: one found there is used
+    /// without fetching, and fetched ones are written there. None: memory only.
+    pub dir: Option<PathBuf>,
+    /// How long one fetch may take.
+    pub timeout: Duration,
+    /// For tests: connect to this address for PayPal's hosts instead of
+    /// resolving them. Never read from the environment.
+    pub connect_to: Option<SocketAddr>,
+    /// Roots a fetched chain (and the TLS connection) must lead to; empty:
+    /// Mozilla's, as shipped in `webpki-roots`.
+    pub roots: Vec<CertificateDer<'static>>,
+}
+
+impl Default for CertSettings {
+    fn default() -> Self {
+        CertSettings {
+            dir: None,
+            timeout: Duration::from_secs(5),
+            connect_to: None,
+            roots: Vec::new(),
+        }
+    }
+}
+
+/// The certificates this process trusts, by URL.
+#[derive(Debug)]
+pub struct Store {
+    dir: Option<PathBuf>,
+    client: reqwest::Client,
+    roots: Vec<TrustAnchor<'static>>,
+    memory: RwLock<HashMap<CertRef, Arc<Cert>>>,
+    /// One fetch at a time: copies of a delivery share one, and made-up
+    /// ids cost PayPal one request each, never many at once.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+impl Store {
+    pub fn new(settings: &CertSettings) -> anyhow::Result<Self> {
+        let mut client = reqwest::Client::builder()
+            .https_only(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout);
+        if let Some(address) = settings.connect_to {
+            for env in [Env::Live, Env::Sandbox] {
+                client = client.resolve(env.host(), address);
+            }
+        }
+        let mut roots = Vec::new();
+        if settings.roots.is_empty() {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        } else {
+            client = client.tls_built_in_root_certs(false);
+            for root in &settings.roots {
+                client = client.add_root_certificate(reqwest::Certificate::from_der(root)?);
+                let anchor = webpki::anchor_from_trusted_cert(root)
+                    .map_err(|e| anyhow::anyhow!("a PayPal root is not a CA certificate: {e}"))?;
+                roots.push(anchor.to_owned());
+            }
+        }
+        Ok(Store {
+            dir: settings.dir.clone(),
+            client: client.build()?,
+            roots,
+            memory: RwLock::default(),
+            fetching: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The certificate `cert` names, if it is loaded.
+    pub fn cached(&self, cert: &CertRef) -> Option<Arc<Cert>> {
+        let memory = self
+            .memory
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        memory.get(cert).cloned()
+    }
+
+    /// Loads the certificate `cert` names, valid at `now`: from memory, the
+    /// directory, or PayPal. A fetch that fails is
+    /// [`SignatureError::KeyUnavailable`] (PayPal retries); a certificate
+    /// that fails its checks is [`SignatureError::InvalidCertificate`].
+    pub async fn load(&self, cert: &CertRef, now: i64) -> Result<Arc<Cert>, SignatureError> {
+        if let Some(found) = self.cached(cert) {
+            return Ok(found);
+        }
+        if let Some(pem) = self.pinned(cert).await? {
+            let leaf = leaf_and_chain(&pem)?.0;
+            return Ok(self.keep(cert, checked(&leaf, cert.env, now)?));
+        }
+        let _turn = self.fetching.lock().await;
+        if let Some(found) = self.cached(cert) {
+            return Ok(found);
+        }
+        let pem = self.fetch(cert).await?;
+        let (leaf, chain) = leaf_and_chain(&pem)?;
+        self.chains(&leaf, &chain, cert.env, now)?;
+        let found = checked(&leaf, cert.env, now)?;
+        self.write(cert, &pem).await;
+        Ok(self.keep(cert, found))
+    }
+
+    fn keep(&self, cert: &CertRef, found: Cert) -> Arc<Cert> {
+        let found = Arc::new(found);
+        let mut memory = self
+            .memory
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if memory.len() >= MAX_CACHED {
+            memory.clear();
+        }
+        memory.insert(cert.clone(), found.clone());
+        found
+    }
+
+    /// The operator's file for `cert`, if there is one.
+    async fn pinned(&self, cert: &CertRef) -> Result<Option<Vec<u8>>, SignatureError> {
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
+        match tokio::fs::read(dir.join(format!("{}.pem", cert.id))).await {
+            Ok(pem) if pem.len() <= MAX_PEM_BYTES => Ok(Some(pem)),
+            Ok(_) => Err(SignatureError::InvalidCertificate(
+                "the certificate file is too large",
+            )),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => {
+                tracing::warn!(%error, cert = %cert.id, "cannot read a pinned PayPal certificate");
+                Err(SignatureError::KeyUnavailable)
+            }
+        }
+    }
+
+    async fn fetch(&self, cert: &CertRef) -> Result<Vec<u8>, SignatureError> {
+        let unavailable = |what: &str, error: &dyn std::fmt::Display| {
+            tracing::warn!(cert = %cert.id, %error, "cannot fetch PayPal's certificate: {what}");
+            SignatureError::KeyUnavailable
+        };
+        let response = self
+            .client
+            .get(cert.url())
+            .send()
+            .await
+            .map_err(|e| unavailable("request failed", &e))?;
+        if !response.status().is_success() {
+            return Err(unavailable("answered", &response.status()));
+        }
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_PEM_BYTES as u64)
+        {
+            return Err(SignatureError::InvalidCertificate(
+                "the certificate is too large",
+            ));
+        }
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| unavailable("body failed", &e))?;
+        if body.len() > MAX_PEM_BYTES {
+            return Err(SignatureError::InvalidCertificate(
+                "the certificate is too large",
+            ));
+        }
+        Ok(body.to_vec())
+    }
+
+    /// A fetched leaf must chain, through the certificates sent with it, to
+    /// a trusted root, for TLS server use, and carry the signer's name.
+    fn chains(
+        &self,
+        leaf: &CertificateDer<'_>,
+        chain: &[CertificateDer<'_>],
+        env: Env,
+        now: i64,
+    ) -> Result<(), SignatureError> {
+        let invalid = SignatureError::InvalidCertificate;
+        let end_entity = webpki::EndEntityCert::try_from(leaf)
+            .map_err(|_| invalid("not an X.509 certificate"))?;
+        let time = UnixTime::since_unix_epoch(Duration::from_secs(u64::try_from(now).unwrap_or(0)));
+        end_entity
+            .verify_for_usage(
+                webpki::ALL_VERIFICATION_ALGS,
+                &self.roots,
+                chain,
+                time,
+                webpki::KeyUsage::server_auth(),
+                None,
+                None,
+            )
+            .map_err(|_| invalid("the certificate does not chain to a trusted root"))?;
+        let name = ServerName::try_from(env.signer_name()).map_err(|_| invalid("signer name"))?;
+        end_entity
+            .verify_is_valid_for_subject_name(&name)
+            .map_err(|_| invalid("the certificate does not name PayPal's signer"))
+    }
+
+    /// Keeps a fetched certificate for the next start (best effort: a
+    /// directory that cannot be written only costs a fetch).
+    async fn write(&self, cert: &CertRef, pem: &[u8]) {
+        let Some(dir) = &self.dir else {
+            return;
+        };
+        let path = dir.join(format!("{}.pem", cert.id));
+        let partial = dir.join(format!(".{}.pem.partial", cert.id));
+        let written = async {
+            tokio::fs::write(&partial, pem).await?;
+            tokio::fs::rename(&partial, &path).await
+        };
+        if let Err(error) = written.await {
+            tracing::warn!(%error, cert = %cert.id, "cannot keep PayPal's certificate");
+        }
+    }
+}
+
+/// The first certificate of `pem` and the ones after it.
+fn leaf_and_chain(
+    pem: &[u8],
+) -> Result<(CertificateDer<'static>, Vec<CertificateDer<'static>>), SignatureError> {
+    let mut certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| SignatureError::InvalidCertificate("not a PEM certificate"))?;
+    if certs.is_empty() {
+        return Err(SignatureError::InvalidCertificate("not a PEM certificate"));
+    }
+    let leaf = certs.remove(0);
+    Ok((leaf, certs))
+}
