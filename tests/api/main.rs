@@ -19,6 +19,8 @@ mod log_pipe;
 mod operations;
 mod outbox;
 mod parity;
+mod paypal_certs;
+mod paypal_signature;
 mod poison;
 mod properties;
 mod razorpay;

@@ -24,6 +24,13 @@ const MAX_CACHED: usize = 64;
 /// Largest certificate file read or fetched (a leaf and its chain).
 const MAX_PEM_BYTES: usize = 64 * 1024;
 
+/// The root and intermediate PayPal's signing certificates are issued
+/// under: DigiCert High Assurance EV Root CA (which Mozilla's list, and so
+/// `webpki-roots`, no longer carries) and DigiCert SHA2 Extended Validation
+/// Server CA (valid to 2028-10-22; PayPal's certificate URLs serve the leaf
+/// alone). Trusted for PayPal's signer only, as PayPal's own SDKs ship them.
+const PAYPAL_ISSUERS: &[u8] = include_bytes!("digicert.pem");
+
 /// Live or sandbox: where the certificate URL points, and the name its
 /// certificate must carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,9 +179,12 @@ pub struct CertSettings {
     /// For tests: connect to this address for PayPal's hosts instead of
     /// resolving them. Never read from the environment.
     pub connect_to: Option<SocketAddr>,
-    /// Roots a fetched chain (and the TLS connection) must lead to; empty:
-    /// Mozilla's, as shipped in `webpki-roots`.
+    /// Roots a fetched chain must lead to; empty: Mozilla's (as shipped in
+    /// `webpki-roots`) and PayPal's issuing root ([`PAYPAL_ISSUERS`]).
     pub roots: Vec<CertificateDer<'static>>,
+    /// For tests: the roots the fetch's TLS connection trusts; empty: the
+    /// built-in ones. Never read from the environment.
+    pub tls_roots: Vec<CertificateDer<'static>>,
 }
 
 impl Default for CertSettings {
@@ -184,6 +194,7 @@ impl Default for CertSettings {
             timeout: Duration::from_secs(5),
             connect_to: None,
             roots: Vec::new(),
+            tls_roots: Vec::new(),
         }
     }
 }
@@ -194,6 +205,8 @@ pub struct Store {
     dir: Option<PathBuf>,
     client: reqwest::Client,
     roots: Vec<TrustAnchor<'static>>,
+    /// Issuers a fetched leaf may chain through besides those sent with it.
+    intermediates: Vec<CertificateDer<'static>>,
     memory: RwLock<HashMap<CertRef, Arc<Cert>>>,
     /// One fetch at a time: copies of a delivery share one, and made-up
     /// ids cost PayPal one request each, never many at once.
@@ -212,22 +225,36 @@ impl Store {
                 client = client.resolve(env.host(), address);
             }
         }
-        let mut roots = Vec::new();
-        if settings.roots.is_empty() {
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        } else {
+        if !settings.tls_roots.is_empty() {
             client = client.tls_built_in_root_certs(false);
-            for root in &settings.roots {
+            for root in &settings.tls_roots {
                 client = client.add_root_certificate(reqwest::Certificate::from_der(root)?);
-                let anchor = webpki::anchor_from_trusted_cert(root)
-                    .map_err(|e| anyhow::anyhow!("a PayPal root is not a CA certificate: {e}"))?;
-                roots.push(anchor.to_owned());
             }
         }
+        let issuers =
+            CertificateDer::pem_slice_iter(PAYPAL_ISSUERS).collect::<Result<Vec<_>, _>>()?;
+        let (issuing_root, intermediates) = issuers.split_first().expect("two certificates");
+        let anchor = |root: &CertificateDer<'_>| {
+            webpki::anchor_from_trusted_cert(root)
+                .map(|anchor| anchor.to_owned())
+                .map_err(|e| anyhow::anyhow!("a PayPal root is not a CA certificate: {e}"))
+        };
+        let roots = if settings.roots.is_empty() {
+            let mut roots = webpki_roots::TLS_SERVER_ROOTS.to_vec();
+            roots.push(anchor(issuing_root)?);
+            roots
+        } else {
+            settings
+                .roots
+                .iter()
+                .map(anchor)
+                .collect::<anyhow::Result<_>>()?
+        };
         Ok(Store {
             dir: settings.dir.clone(),
             client: client.build()?,
             roots,
+            intermediates: intermediates.to_vec(),
             memory: RwLock::default(),
             fetching: tokio::sync::Mutex::new(()),
         })
@@ -344,11 +371,13 @@ impl Store {
         let end_entity = webpki::EndEntityCert::try_from(leaf)
             .map_err(|_| invalid("not an X.509 certificate"))?;
         let time = UnixTime::since_unix_epoch(Duration::from_secs(u64::try_from(now).unwrap_or(0)));
+        let chain: Vec<CertificateDer<'_>> =
+            chain.iter().chain(&self.intermediates).cloned().collect();
         end_entity
             .verify_for_usage(
                 webpki::ALL_VERIFICATION_ALGS,
                 &self.roots,
-                chain,
+                &chain,
                 time,
                 webpki::KeyUsage::server_auth(),
                 None,
