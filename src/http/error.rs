@@ -108,4 +108,18 @@ mod tests {
             StatusCode::INTERNAL_SERVER_ERROR
         );
     }
+
+    #[test]
+    fn a_signing_key_that_cannot_be_had_is_retried_and_a_bad_one_is_refused() {
+        let status = |error: SignatureError| ApiError::from(error).status();
+        assert_eq!(
+            status(SignatureError::KeyUnavailable),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status(SignatureError::InvalidCertificate("expired")),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(status(SignatureError::Mismatch), StatusCode::BAD_REQUEST);
+    }
 }

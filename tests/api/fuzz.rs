@@ -14,6 +14,8 @@ use proptest::prelude::*;
 use webhookd::config::Secrets;
 use webhookd::effects;
 use webhookd::providers::github::GithubVerifier;
+use webhookd::providers::paypal::certs::CertSettings;
+use webhookd::providers::paypal::{PaypalSettings, PaypalVerifier};
 use webhookd::providers::razorpay::RazorpayVerifier;
 use webhookd::providers::shopify::ShopifyVerifier;
 use webhookd::providers::standard::StandardVerifier;
@@ -68,6 +70,56 @@ fn verifiers() -> Vec<(Box<dyn Verify>, &'static [&'static str])> {
     ]
 }
 
+/// PayPal's verifier, with the test certificate pinned as `CERT-fuzz`, and
+/// a runtime for its certificate loading.
+fn paypal() -> &'static (tokio::runtime::Runtime, PaypalVerifier) {
+    static PAYPAL: std::sync::OnceLock<(tokio::runtime::Runtime, PaypalVerifier)> =
+        std::sync::OnceLock::new();
+    PAYPAL.get_or_init(|| {
+        let dir = crate::paypal_certs::temp_dir("paypal-fuzz");
+        let pem = crate::paypal_certs::fixture("live.pem");
+        std::fs::write(dir.join("CERT-fuzz.pem"), pem).unwrap();
+        let certs = CertSettings {
+            dir: Some(dir),
+            connect_to: Some("127.0.0.1:9".parse().unwrap()),
+            ..CertSettings::default()
+        };
+        let settings = PaypalSettings {
+            webhook_ids: vec!["WH-FUZZ".into()],
+            tolerance_secs: 300,
+            certs,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let verifier = runtime.block_on(async { PaypalVerifier::new(&settings).unwrap() });
+        (runtime, verifier)
+    })
+}
+
+/// PayPal's header values: arbitrary, and shaped like PayPal's.
+fn paypal_header(name: &'static str) -> BoxedStrategy<Vec<u8>> {
+    let shaped = match name {
+        "paypal-transmission-id" => "[0-9a-f-]{0,40}".boxed(),
+        "paypal-transmission-time" => {
+            "20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,3})?Z?".boxed()
+        }
+        "paypal-transmission-sig" => "[A-Za-z0-9+/=]{0,400}".boxed(),
+        "paypal-cert-url" => prop_oneof![
+            Just("https://api.paypal.com/v1/notifications/certs/CERT-fuzz".to_owned()),
+            "https://api(\\.sandbox)?\\.paypal\\.com/v1/notifications/certs/[ -~]{0,40}",
+        ]
+        .boxed(),
+        _ => prop_oneof![Just("SHA256withRSA".to_owned()), "[A-Za-z0-9]{0,20}"].boxed(),
+    };
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..120),
+        shaped.prop_map(String::into_bytes),
+    ]
+    .boxed()
+}
+
 /// Header values as a client can send them: any bytes but the few HTTP
 /// forbids (and a value `HeaderValue` refuses is skipped).
 fn header_value() -> impl Strategy<Value = Vec<u8>> {
@@ -118,6 +170,39 @@ proptest! {
                     headers.insert(HeaderName::from_static(name), value);
                 }
             }
+            let _ = verifier.verify(&headers, &body, now);
+        }
+    }
+
+    #[test]
+    fn paypal_verification_never_panics_on_any_headers_and_body(
+        values in (
+            paypal_header("paypal-transmission-id"),
+            paypal_header("paypal-transmission-time"),
+            paypal_header("paypal-transmission-sig"),
+            paypal_header("paypal-cert-url"),
+            paypal_header("paypal-auth-algo"),
+        ),
+        body in body(),
+        now in prop_oneof![Just(1_811_808_000_i64), any::<i64>()],
+    ) {
+        let (runtime, verifier) = paypal();
+        let names = [
+            "paypal-transmission-id",
+            "paypal-transmission-time",
+            "paypal-transmission-sig",
+            "paypal-cert-url",
+            "paypal-auth-algo",
+        ];
+        let values = [values.0, values.1, values.2, values.3, values.4];
+        let mut headers = HeaderMap::new();
+        for (name, value) in names.iter().zip(&values) {
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+        let body = Bytes::from(body);
+        if runtime.block_on(verifier.prepare(&headers, now)).is_ok() {
             let _ = verifier.verify(&headers, &body, now);
         }
     }
