@@ -18,7 +18,9 @@ RUN cargo build --release --locked --bin webhookd \
 
 FROM debian:bookworm-slim
 # TLS roots are compiled in (webpki-roots); nothing else is needed at run time.
-RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin webhookd
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin webhookd \
+    && mkdir -p /var/lib/webhookd/paypal-certs \
+    && chown 10001:10001 /var/lib/webhookd/paypal-certs
 COPY --from=build /usr/local/bin/webhookd /usr/local/bin/webhookd
 USER 10001:10001
 ENV WEBHOOKD_LISTEN=0.0.0.0:8080 \
