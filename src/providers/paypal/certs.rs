@@ -215,6 +215,11 @@ pub struct Store {
 
 impl Store {
     pub fn new(settings: &CertSettings) -> anyhow::Result<Self> {
+        if let Some(dir) = &settings.dir {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                anyhow::anyhow!("WEBHOOKD_PAYPAL_CERT_DIR {} cannot be used: {e}", dir.display())
+            })?;
+        }
         let mut client = reqwest::Client::builder()
             .https_only(true)
             .redirect(reqwest::redirect::Policy::none())
