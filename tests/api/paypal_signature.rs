@@ -583,3 +583,24 @@ async fn paypal_s_real_certificate_fetched_chains_through_the_shipped_issuers() 
         "{refused:?}"
     );
 }
+
+/// Without `PAYPAL_WEBHOOK_ID`, PayPal is not mounted: 404, even for a
+/// delivery that would verify.
+#[sqlx::test]
+async fn paypal_is_not_found_without_a_webhook_id(pool: PgPool) {
+    let dir = cert_dir(&[(LIVE_ID, "live.pem")]);
+    let app = spawn_app_with(pool, Clock::Fixed(NOW), move |settings| {
+        settings.paypal.paypal_cert_dir = Some(dir);
+    })
+    .await;
+    let body = capture_completed("WH-UNMOUNTED", "4GG279541U471931P", "user_pp", "1.00");
+    let answer = app
+        .post_to(
+            "paypal",
+            body.clone().into_bytes(),
+            &Signed::default().headers(&body),
+        )
+        .await;
+    assert_eq!(answer.status(), StatusCode::NOT_FOUND);
+    assert!(recorded(&app.pool).await.is_empty());
+}

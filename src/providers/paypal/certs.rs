@@ -217,7 +217,10 @@ impl Store {
     pub fn new(settings: &CertSettings) -> anyhow::Result<Self> {
         if let Some(dir) = &settings.dir {
             std::fs::create_dir_all(dir).map_err(|e| {
-                anyhow::anyhow!("WEBHOOKD_PAYPAL_CERT_DIR {} cannot be used: {e}", dir.display())
+                anyhow::anyhow!(
+                    "WEBHOOKD_PAYPAL_CERT_DIR {} cannot be used: {e}",
+                    dir.display()
+                )
             })?;
         }
         let mut client = reqwest::Client::builder()
