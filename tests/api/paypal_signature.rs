@@ -604,3 +604,21 @@ async fn paypal_is_not_found_without_a_webhook_id(pool: PgPool) {
     assert_eq!(answer.status(), StatusCode::NOT_FOUND);
     assert!(recorded(&app.pool).await.is_empty());
 }
+
+/// A certificate that could not be had is not asked for again at once: a
+/// storm of deliveries naming a missing id costs PayPal one request.
+#[tokio::test]
+async fn a_missing_certificate_is_asked_for_once_in_a_storm() {
+    let fake = FakeCerts::start().await;
+    let verifier = verifier(&fake, None);
+    let body = capture_completed("WH-STORM", "1AB", "user_pp", "5.00");
+    let signed = Signed {
+        cert_url: "https://api.paypal.com/v1/notifications/certs/CERT-made-up".into(),
+        ..Signed::default()
+    };
+    let checks = join_all((0..20).map(|_| check(&verifier, &signed, &body))).await;
+    for checked in checks {
+        assert_eq!(checked.unwrap_err(), SignatureError::KeyUnavailable);
+    }
+    assert_eq!(fake.requests(), ["CERT-made-up"]);
+}

@@ -21,6 +21,11 @@ use crate::providers::SignatureError;
 /// flood of made-up ids must not grow the process.
 const MAX_CACHED: usize = 64;
 
+/// How long a certificate that could not be had is not asked for again:
+/// made-up ids then cost PayPal one request per this long each, and a
+/// storm of copies one request in all.
+const RETRY_FETCH_AFTER: Duration = Duration::from_secs(30);
+
 /// Largest certificate file read or fetched (a leaf and its chain).
 const MAX_PEM_BYTES: usize = 64 * 1024;
 
@@ -211,6 +216,9 @@ pub struct Store {
     /// One fetch at a time: copies of a delivery share one, and made-up
     /// ids cost PayPal one request each, never many at once.
     fetching: tokio::sync::Mutex<()>,
+    /// Certificates that could not be had lately, with why, by when they
+    /// were asked for (at most [`MAX_CACHED`]).
+    failed: std::sync::Mutex<HashMap<CertRef, (std::time::Instant, SignatureError)>>,
 }
 
 impl Store {
@@ -265,6 +273,7 @@ impl Store {
             intermediates: intermediates.to_vec(),
             memory: RwLock::default(),
             fetching: tokio::sync::Mutex::new(()),
+            failed: std::sync::Mutex::default(),
         })
     }
 
@@ -293,12 +302,43 @@ impl Store {
         if let Some(found) = self.cached(cert) {
             return Ok(found);
         }
+        if let Some(refusal) = self.failed_lately(cert) {
+            return Err(refusal);
+        }
+        match self.fetch_checked(cert, now).await {
+            Ok(found) => Ok(self.keep(cert, found)),
+            Err(refusal) => {
+                let mut failed = self
+                    .failed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if failed.len() >= MAX_CACHED {
+                    failed.clear();
+                }
+                failed.insert(cert.clone(), (std::time::Instant::now(), refusal.clone()));
+                Err(refusal)
+            }
+        }
+    }
+
+    /// Why `cert` could not be had, if that was less than
+    /// [`RETRY_FETCH_AFTER`] ago.
+    fn failed_lately(&self, cert: &CertRef) -> Option<SignatureError> {
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (at, refusal) = failed.get(cert)?;
+        (at.elapsed() < RETRY_FETCH_AFTER).then(|| refusal.clone())
+    }
+
+    async fn fetch_checked(&self, cert: &CertRef, now: i64) -> Result<Cert, SignatureError> {
         let pem = self.fetch(cert).await?;
         let (leaf, chain) = leaf_and_chain(&pem)?;
         self.chains(&leaf, &chain, cert.env, now)?;
         let found = checked(&leaf, cert.env, now)?;
         self.write(cert, &pem).await;
-        Ok(self.keep(cert, found))
+        Ok(found)
     }
 
     fn keep(&self, cert: &CertRef, found: Cert) -> Arc<Cert> {
