@@ -2,7 +2,9 @@
 //! certificate their `PAYPAL-CERT-URL` names ([`certs`]), and the event
 //! envelope (`id`, `event_type`, `create_time`, `resource`).
 
+mod cert_url;
 pub mod certs;
+mod signer;
 mod verify;
 
 use std::sync::Arc;

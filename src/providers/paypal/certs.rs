@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, TrustAnchor, UnixTime};
-use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
+pub use super::cert_url::{CertRef, Env};
+pub use super::signer::Cert;
+use super::signer::checked;
 use crate::providers::SignatureError;
 
 /// Most certificates kept in memory: PayPal rotates them rarely, and a
@@ -35,143 +37,6 @@ const MAX_PEM_BYTES: usize = 64 * 1024;
 /// Server CA (valid to 2028-10-22; PayPal's certificate URLs serve the leaf
 /// alone). Trusted for PayPal's signer only, as PayPal's own SDKs ship them.
 const PAYPAL_ISSUERS: &[u8] = include_bytes!("digicert.pem");
-
-/// Live or sandbox: where the certificate URL points, and the name its
-/// certificate must carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Env {
-    Live,
-    Sandbox,
-}
-
-impl Env {
-    fn url_prefix(self) -> &'static str {
-        match self {
-            Env::Live => "https://api.paypal.com/v1/notifications/certs/",
-            Env::Sandbox => "https://api.sandbox.paypal.com/v1/notifications/certs/",
-        }
-    }
-
-    /// The host the certificate is fetched from.
-    pub fn host(self) -> &'static str {
-        match self {
-            Env::Live => "api.paypal.com",
-            Env::Sandbox => "api.sandbox.paypal.com",
-        }
-    }
-
-    /// The name the certificate must carry in its subject or SAN.
-    pub fn signer_name(self) -> &'static str {
-        match self {
-            Env::Live => "messageverificationcerts.paypal.com",
-            Env::Sandbox => "messageverificationcerts.sandbox.paypal.com",
-        }
-    }
-}
-
-/// A certificate URL PayPal may send: one of the two exact prefixes and an
-/// id like `CERT-360caa42-fca2a594-1a5f47cb`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CertRef {
-    pub env: Env,
-    pub id: String,
-}
-
-impl CertRef {
-    /// Anything else (another host, a lookalike, `http`, a port, another
-    /// path, a query, credentials) is refused here, before any fetch.
-    pub fn parse(url: &str) -> Result<CertRef, SignatureError> {
-        let refused = SignatureError::MalformedHeader(
-            "PAYPAL-CERT-URL is not one of PayPal's certificate URLs",
-        );
-        let (env, id) = [Env::Live, Env::Sandbox]
-            .into_iter()
-            .find_map(|env| Some((env, url.strip_prefix(env.url_prefix())?)))
-            .ok_or(refused.clone())?;
-        let well_formed = id.len() <= 64
-            && id.strip_prefix("CERT-").is_some_and(|rest| {
-                !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            });
-        if !well_formed {
-            return Err(refused);
-        }
-        Ok(CertRef {
-            env,
-            id: id.to_owned(),
-        })
-    }
-
-    pub fn url(&self) -> String {
-        format!("{}{}", self.env.url_prefix(), self.id)
-    }
-}
-
-/// A signing certificate that passed its checks: its RSA key and validity.
-#[derive(Debug)]
-pub struct Cert {
-    /// The DER `RSAPublicKey` of its subject.
-    rsa_public_key: Vec<u8>,
-    not_before: i64,
-    not_after: i64,
-}
-
-impl Cert {
-    /// Whether `signature` is this key's RSA PKCS#1 v1.5 SHA-256 signature
-    /// of `message`.
-    pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
-        ring::signature::UnparsedPublicKey::new(
-            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
-            &self.rsa_public_key,
-        )
-        .verify(message, signature)
-        .is_ok()
-    }
-
-    pub fn valid_at(&self, now: i64) -> bool {
-        (self.not_before..=self.not_after).contains(&now)
-    }
-}
-
-/// Reads the leaf `der` of `env`'s signer: an RSA key, the signer's name in
-/// its subject's common name or its SAN, and valid at `now`.
-fn checked(der: &[u8], env: Env, now: i64) -> Result<Cert, SignatureError> {
-    let invalid = SignatureError::InvalidCertificate;
-    let (_, cert) =
-        X509Certificate::from_der(der).map_err(|_| invalid("not an X.509 certificate"))?;
-    let name = env.signer_name();
-    let in_san =
-        cert.subject_alternative_name()
-            .ok()
-            .flatten()
-            .is_some_and(|san| {
-                san.value.general_names.iter().any(
-                    |n| matches!(n, GeneralName::DNSName(dns) if dns.eq_ignore_ascii_case(name)),
-                )
-            });
-    let in_subject = cert
-        .subject()
-        .iter_common_name()
-        .any(|cn| cn.as_str().is_ok_and(|cn| cn.eq_ignore_ascii_case(name)));
-    if !(in_san || in_subject) {
-        return Err(invalid("the certificate does not name PayPal's signer"));
-    }
-    let spki = cert.public_key();
-    if !matches!(
-        spki.parsed(),
-        Ok(x509_parser::public_key::PublicKey::RSA(_))
-    ) {
-        return Err(invalid("the certificate's key is not RSA"));
-    }
-    let checked = Cert {
-        rsa_public_key: spki.subject_public_key.data.to_vec(),
-        not_before: cert.validity().not_before.timestamp(),
-        not_after: cert.validity().not_after.timestamp(),
-    };
-    if !checked.valid_at(now) {
-        return Err(invalid("the certificate is not valid now"));
-    }
-    Ok(checked)
-}
 
 /// How certificates are kept and fetched.
 #[derive(Debug, Clone)]
