@@ -19,7 +19,7 @@ mod sweep;
 pub use crate::secrets::{Secrets, parse_secrets};
 pub use connections::ConnectionSettings;
 pub use outbox::{OutboxOrder, OutboxSettings};
-pub use paypal::PaypalArgs;
+pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
 pub use sources::{SourceScheme, SourceSettings, sources_from_env};
 pub use sweep::{PeriodicSweepArgs, RazorpayApiArgs, StripeApiArgs};
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 #[derive(Debug, Clone, Args)]
 pub struct PaypalArgs {
@@ -24,7 +24,24 @@ pub struct PaypalArgs {
     /// certificate cannot be had is answered 503 (PayPal retries).
     #[arg(long, env = "WEBHOOKD_PAYPAL_CERT_TIMEOUT", value_parser = humantime::parse_duration, default_value = "5s")]
     pub paypal_cert_timeout: Duration,
+
+    /// Whose deliveries are accepted: PayPal's `live` environment, its
+    /// `sandbox`, or `both`. Set `live` in production, so that a sandbox
+    /// webhook id left in PAYPAL_WEBHOOK_ID cannot credit real wallets.
+    #[arg(long, env = "WEBHOOKD_PAYPAL_ENV", value_enum, default_value_t = PaypalEnv::Both)]
+    pub paypal_env: PaypalEnv,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PaypalEnv {
+    Live,
+    Sandbox,
+    Both,
+}
+
+/// The webhook id PayPal's public simulator signs for: anyone can have
+/// PayPal sign a sample event for it, so no endpoint may accept it.
+pub const SIMULATOR_WEBHOOK_ID: &str = "WEBHOOK_ID";
 
 impl PaypalArgs {
     /// The configured webhook ids, trimmed, without empty items.

@@ -7,13 +7,15 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 
-use crate::config::{DatabaseSettings, ServeSettings, SourceScheme};
+use crate::config::{
+    DatabaseSettings, PaypalEnv, SIMULATOR_WEBHOOK_ID, ServeSettings, SourceScheme,
+};
 use crate::db;
 use crate::http::serve::{self, ConnectionLimits};
 use crate::ingest::batch::BatchSettings;
 use crate::outbox::worker::LEASE_MARGIN;
 use crate::providers::paypal::PaypalSettings;
-use crate::providers::paypal::certs::CertSettings;
+use crate::providers::paypal::certs::{CertSettings, Env};
 use crate::providers::{self, Providers};
 
 /// Checks everything about the configuration of `serve` that can be checked
@@ -26,6 +28,7 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
     if let Err(error) = Providers::from_settings(&providers_settings(settings)) {
         problems.push(format!("{error:#}"));
     }
+    problems.extend(paypal_problems(settings));
     let outbox = &settings.outbox;
     if settings.role.drains() {
         if set(&outbox.sink_url).is_some() && set(&outbox.sink_secret).is_none() {
@@ -46,6 +49,30 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
     }
 }
 
+/// What is wrong with PayPal's settings, if it is mounted.
+fn paypal_problems(settings: &ServeSettings) -> Vec<String> {
+    let mut problems = Vec::new();
+    if settings
+        .paypal
+        .webhook_ids()
+        .iter()
+        .any(|id| id == SIMULATOR_WEBHOOK_ID)
+    {
+        problems.push(format!(
+            "PAYPAL_WEBHOOK_ID lists {SIMULATOR_WEBHOOK_ID}, the id PayPal's public simulator \
+             signs for: anyone could deliver sample events"
+        ));
+    }
+    let timeout = settings.paypal.paypal_cert_timeout;
+    if timeout.is_zero() || timeout >= settings.request_timeout {
+        problems.push(
+            "WEBHOOKD_PAYPAL_CERT_TIMEOUT must be above zero and below WEBHOOKD_REQUEST_TIMEOUT"
+                .to_owned(),
+        );
+    }
+    problems
+}
+
 /// An optional secret, where an empty value (as `${VAR:-}` in compose
 /// files gives) means unset.
 pub(super) fn set(value: &Option<SecretString>) -> Option<SecretString> {
@@ -58,9 +85,15 @@ pub(super) fn set(value: &Option<SecretString>) -> Option<SecretString> {
 /// PayPal's verifier settings, when a webhook id is configured.
 fn paypal_settings(settings: &ServeSettings) -> Option<PaypalSettings> {
     let webhook_ids = settings.paypal.webhook_ids();
+    let environments = match settings.paypal.paypal_env {
+        PaypalEnv::Live => vec![Env::Live],
+        PaypalEnv::Sandbox => vec![Env::Sandbox],
+        PaypalEnv::Both => vec![Env::Live, Env::Sandbox],
+    };
     (!webhook_ids.is_empty()).then(|| PaypalSettings {
         webhook_ids,
         tolerance_secs: settings.tolerance_secs,
+        environments,
         certs: CertSettings {
             dir: settings.paypal.paypal_cert_dir.clone(),
             timeout: settings.paypal.paypal_cert_timeout,
@@ -178,6 +211,22 @@ mod tests {
             !error.contains("example.com"),
             "no setting's value is shown: {error}"
         );
+    }
+
+    #[test]
+    fn paypal_s_simulator_id_and_an_unusable_certificate_timeout_are_refused() {
+        let mut settings = ServeSettings::default();
+        settings.paypal.paypal_webhook_id = "8PT597110X687430LKGECATA, WEBHOOK_ID".into();
+        settings.paypal.paypal_cert_timeout = settings.request_timeout;
+        let problems = paypal_problems(&settings).join("\n");
+        assert!(problems.contains("simulator"), "{problems}");
+        assert!(
+            problems.contains("WEBHOOKD_PAYPAL_CERT_TIMEOUT"),
+            "{problems}"
+        );
+        settings.paypal.paypal_webhook_id = "8PT597110X687430LKGECATA".into();
+        settings.paypal.paypal_cert_timeout = Duration::from_secs(5);
+        assert!(paypal_problems(&settings).is_empty());
     }
 
     #[test]

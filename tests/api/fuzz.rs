@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use webhookd::config::Secrets;
 use webhookd::effects;
 use webhookd::providers::github::GithubVerifier;
-use webhookd::providers::paypal::certs::CertSettings;
+use webhookd::providers::paypal::certs::{CertSettings, Env};
 use webhookd::providers::paypal::{PaypalSettings, PaypalVerifier};
 use webhookd::providers::razorpay::RazorpayVerifier;
 use webhookd::providers::shopify::ShopifyVerifier;
@@ -87,6 +87,7 @@ fn paypal() -> &'static (tokio::runtime::Runtime, PaypalVerifier) {
         let settings = PaypalSettings {
             webhook_ids: vec!["WH-FUZZ".into()],
             tolerance_secs: 300,
+            environments: vec![Env::Live, Env::Sandbox],
             certs,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -10,6 +10,7 @@ use http::HeaderMap;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
+use webhookd::providers::paypal::certs::Env;
 use webhookd::providers::paypal::{PaypalSettings, PaypalVerifier, signed_message};
 use webhookd::providers::{SignatureError, Verify};
 
@@ -268,7 +269,7 @@ fn base64_of(bytes: &[u8]) -> String {
 
 /// URLs that are not PayPal's: other hosts, lookalikes, http, ports,
 /// credentials, other paths, queries, encodings.
-fn forged_urls() -> [&'static str; 12] {
+fn forged_urls() -> [&'static str; 17] {
     [
         "http://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1a5f47cb",
         "https://api.paypal.com.evil.example/v1/notifications/certs/CERT-360caa42-fca2a594-1a5f47cb",
@@ -282,6 +283,11 @@ fn forged_urls() -> [&'static str; 12] {
         "https://api.paypal.com/v1/notifications/certs/CERT-%2e%2e",
         "https://api.paypal.com/v2/notifications/certs/CERT-360caa42-fca2a594-1a5f47cb",
         "https://api.paypal.com/v1/notifications/certs/",
+        "https://api.paypal.com./v1/notifications/certs/CERT-360caa42-fca2a594-1a5f47cb",
+        "https://api.sandbox.paypal.com.evil.example/v1/notifications/certs/CERT-360caa42",
+        "https://api.paypal.com/v1/notifications/certs/CERT-360caa42#x",
+        "https://api.paypal.com/v1/notifications/certs/CERT-360caa42/",
+        "https://api.paypal.com/v1/notifications/certs/CERT-360caa42%2F..",
     ]
 }
 
@@ -300,6 +306,7 @@ fn verifier(fake: &FakeCerts, dir: Option<PathBuf>) -> PaypalVerifier {
     PaypalVerifier::new(&PaypalSettings {
         webhook_ids: vec![WEBHOOK_ID.to_owned()],
         tolerance_secs: 300,
+        environments: vec![Env::Live, Env::Sandbox],
         certs: fake.settings(dir),
     })
     .unwrap()
@@ -385,7 +392,7 @@ async fn a_certificate_that_cannot_be_fetched_is_unavailable_and_redirects_are_n
         Answer::RedirectTo("https://api.paypal.com/v1/notifications/certs/CERT-target".into()),
     );
     fake.answer("CERT-target", Answer::Pem(fixture("live.pem")));
-    for id in ["CERT-server-error", "CERT-missing", "CERT-redirect"] {
+    for id in ["CERT-server-error", "CERT-redirect"] {
         let signed = Signed {
             cert_url: format!("https://api.paypal.com/v1/notifications/certs/{id}"),
             ..Signed::default()
@@ -398,6 +405,23 @@ async fn a_certificate_that_cannot_be_fetched_is_unavailable_and_redirects_are_n
         "{:?}",
         fake.requests()
     );
+    // A transient failure is not remembered: once PayPal answers, it works.
+    fake.answer("CERT-server-error", Answer::Pem(fixture("live.pem")));
+    let signed = Signed {
+        cert_url: "https://api.paypal.com/v1/notifications/certs/CERT-server-error".into(),
+        ..Signed::default()
+    };
+    assert!(check(&verifier, &signed, &body).await.is_ok());
+    // An id PayPal does not have is a forgery: 400.
+    let signed = Signed {
+        cert_url: "https://api.paypal.com/v1/notifications/certs/CERT-missing".into(),
+        ..Signed::default()
+    };
+    let refused = check(&verifier, &signed, &body).await.unwrap_err();
+    assert!(
+        matches!(refused, SignatureError::InvalidCertificate(_)),
+        "{refused:?}"
+    );
     // PayPal unreachable altogether.
     let mut settings = fake.settings(None);
     settings.connect_to = Some(std::net::SocketAddr::from((
@@ -407,6 +431,7 @@ async fn a_certificate_that_cannot_be_fetched_is_unavailable_and_redirects_are_n
     let unreachable = PaypalVerifier::new(&PaypalSettings {
         webhook_ids: vec![WEBHOOK_ID.to_owned()],
         tolerance_secs: 300,
+        environments: vec![Env::Live, Env::Sandbox],
         certs: settings,
     })
     .unwrap();
@@ -555,6 +580,7 @@ async fn paypal_s_real_certificate_fetched_chains_through_the_shipped_issuers() 
     let verifier = PaypalVerifier::new(&PaypalSettings {
         webhook_ids: vec!["WEBHOOK_ID".into()],
         tolerance_secs: 300,
+        environments: vec![Env::Live, Env::Sandbox],
         certs: settings,
     })
     .unwrap();
@@ -570,6 +596,7 @@ async fn paypal_s_real_certificate_fetched_chains_through_the_shipped_issuers() 
     let fresh = PaypalVerifier::new(&PaypalSettings {
         webhook_ids: vec!["WEBHOOK_ID".into()],
         tolerance_secs: u64::MAX / 4,
+        environments: vec![Env::Live, Env::Sandbox],
         certs: {
             let mut s = fake.settings(None);
             s.roots.clear();
@@ -618,7 +645,121 @@ async fn a_missing_certificate_is_asked_for_once_in_a_storm() {
     };
     let checks = join_all((0..20).map(|_| check(&verifier, &signed, &body))).await;
     for checked in checks {
-        assert_eq!(checked.unwrap_err(), SignatureError::KeyUnavailable);
+        let refused = checked.unwrap_err();
+        assert!(
+            matches!(refused, SignatureError::InvalidCertificate(_)),
+            "{refused:?}"
+        );
     }
     assert_eq!(fake.requests(), ["CERT-made-up"]);
+    // Made-up ids, each new: fetches start in a short burst at most, and
+    // the rest are answered 503 at once instead of queueing.
+    let made_up: Vec<Signed> = (0..12)
+        .map(|i| Signed {
+            cert_url: format!("https://api.paypal.com/v1/notifications/certs/CERT-made-up-{i}"),
+            ..Signed::default()
+        })
+        .collect();
+    let checks = join_all(made_up.iter().map(|signed| check(&verifier, signed, &body))).await;
+    let unavailable = checks
+        .iter()
+        .filter(|c| matches!(c, Err(SignatureError::KeyUnavailable)))
+        .count();
+    assert!(fake.requests().len() <= 6, "{:?}", fake.requests());
+    assert!(unavailable >= 6, "{checks:?}");
+}
+
+/// Headers sent twice, times in another form than PayPal's, and URLs of an
+/// environment the endpoint does not accept are refused before any fetch;
+/// a pinned file that is no certificate refuses its id.
+#[sqlx::test]
+async fn ambiguous_headers_other_time_forms_other_environments_and_bad_pins_are_refused(
+    pool: PgPool,
+) {
+    let dir = cert_dir(&[(LIVE_ID, "live.pem"), ("CERT-sandbox", "sandbox.pem")]);
+    std::fs::write(dir.join("CERT-garbage.pem"), "not a certificate").unwrap();
+    std::fs::write(dir.join("CERT-empty.pem"), "").unwrap();
+    let live_only = dir.clone();
+    let app = spawn_app_with(pool, Clock::Fixed(NOW), move |settings| {
+        settings.paypal.paypal_webhook_id = WEBHOOK_ID.into();
+        settings.paypal.paypal_cert_dir = Some(live_only);
+        settings.paypal.paypal_env = webhookd::config::PaypalEnv::Live;
+    })
+    .await;
+    let body = capture_completed("WH-AMBIGUOUS", "5GG279541U471931P", "user_pp", "1.00");
+    let mut twice = Signed::default().headers(&body);
+    twice.push(twice[0].clone());
+    let mut cases = vec![("a header sent twice", twice)];
+    let offset = Signed {
+        time: rfc3339(NOW).replace('Z', "+00:00"),
+        ..Signed::default()
+    };
+    cases.push(("a +00:00 offset", offset.headers(&body)));
+    let sandbox = Signed {
+        cert_url: "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-sandbox".into(),
+        key: "sandbox.key".into(),
+        ..Signed::default()
+    };
+    cases.push((
+        "a sandbox delivery to a live endpoint",
+        sandbox.headers(&body),
+    ));
+    for id in ["CERT-garbage", "CERT-empty"] {
+        let pinned = Signed {
+            cert_url: format!("https://api.paypal.com/v1/notifications/certs/{id}"),
+            ..Signed::default()
+        };
+        cases.push((
+            "a pinned file that is no certificate",
+            pinned.headers(&body),
+        ));
+    }
+    for (what, headers) in cases {
+        let answer = app
+            .post_to("paypal", body.clone().into_bytes(), &headers)
+            .await;
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{what}");
+    }
+    assert!(recorded(&app.pool).await.is_empty());
+    // The same delivery, well-formed, is accepted.
+    let answer = app
+        .post_to(
+            "paypal",
+            body.clone().into_bytes(),
+            &Signed::default().headers(&body),
+        )
+        .await;
+    assert_eq!(answer.status(), StatusCode::OK);
+}
+
+/// A certificate directory others may write is refused at start-up: a
+/// certificate placed there is trusted without a chain.
+#[tokio::test]
+async fn a_certificate_directory_others_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("paypal-open-dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let fake = FakeCerts::start().await;
+    let refused = PaypalVerifier::new(&PaypalSettings {
+        webhook_ids: vec![WEBHOOK_ID.to_owned()],
+        tolerance_secs: 300,
+        environments: vec![Env::Live],
+        certs: fake.settings(Some(dir.clone())),
+    })
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("writable by others"),
+        "{refused}"
+    );
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let created = dir.join("made/by/webhookd");
+    PaypalVerifier::new(&PaypalSettings {
+        webhook_ids: vec![WEBHOOK_ID.to_owned()],
+        tolerance_secs: 300,
+        environments: vec![Env::Live],
+        certs: fake.settings(Some(created.clone())),
+    })
+    .unwrap();
+    let mode = std::fs::metadata(&created).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "created for its owner alone: {mode:o}");
 }

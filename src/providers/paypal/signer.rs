@@ -38,21 +38,22 @@ pub(super) fn checked(der: &[u8], env: Env, now: i64) -> Result<Cert, SignatureE
     let invalid = SignatureError::InvalidCertificate;
     let (_, cert) =
         X509Certificate::from_der(der).map_err(|_| invalid("not an X.509 certificate"))?;
+    // The name in the SAN; in the subject's common name only when there is
+    // no SAN (RFC 6125). Exactly the name: no wildcard stands for it.
     let name = env.signer_name();
-    let in_san =
-        cert.subject_alternative_name()
-            .ok()
-            .flatten()
-            .is_some_and(|san| {
-                san.value.general_names.iter().any(
-                    |n| matches!(n, GeneralName::DNSName(dns) if dns.eq_ignore_ascii_case(name)),
-                )
-            });
-    let in_subject = cert
-        .subject()
-        .iter_common_name()
-        .any(|cn| cn.as_str().is_ok_and(|cn| cn.eq_ignore_ascii_case(name)));
-    if !(in_san || in_subject) {
+    let names = match cert.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .any(|n| matches!(n, GeneralName::DNSName(dns) if dns.eq_ignore_ascii_case(name))),
+        Ok(None) => cert
+            .subject()
+            .iter_common_name()
+            .any(|cn| cn.as_str().is_ok_and(|cn| cn.eq_ignore_ascii_case(name))),
+        Err(_) => false,
+    };
+    if !names {
         return Err(invalid("the certificate does not name PayPal's signer"));
     }
     let spki = cert.public_key();

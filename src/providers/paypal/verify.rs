@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
 
-use super::certs::{CertRef, CertSettings, Store};
+use super::certs::{CertRef, CertSettings, Env, Store};
 use super::{parse_event, parse_time, signed_message};
 use crate::providers::{
     SignatureError, VerifiedEvent, Verify, check_tolerance, is_identifier, required_header,
@@ -28,6 +28,8 @@ pub struct PaypalSettings {
     /// Largest accepted difference, in seconds, between the transmission
     /// time and now, either way.
     pub tolerance_secs: u64,
+    /// The environments whose certificate URLs are accepted.
+    pub environments: Vec<Env>,
     pub certs: CertSettings,
 }
 
@@ -35,6 +37,7 @@ pub struct PaypalSettings {
 pub struct PaypalVerifier {
     webhook_ids: Vec<String>,
     tolerance_secs: u64,
+    environments: Vec<Env>,
     certs: Arc<Store>,
 }
 
@@ -47,6 +50,7 @@ impl PaypalVerifier {
         Ok(PaypalVerifier {
             webhook_ids: settings.webhook_ids.clone(),
             tolerance_secs: settings.tolerance_secs,
+            environments: settings.environments.clone(),
             certs: Arc::new(Store::new(&settings.certs)?),
         })
     }
@@ -59,6 +63,11 @@ impl PaypalVerifier {
         now: i64,
     ) -> Result<Transmission<'h>, SignatureError> {
         let transmission = Transmission::parse(headers)?;
+        if !self.environments.contains(&transmission.cert.env) {
+            return Err(SignatureError::MalformedHeader(
+                "PAYPAL-CERT-URL names a PayPal environment this endpoint does not accept",
+            ));
+        }
         check_tolerance(now, transmission.unix, self.tolerance_secs)?;
         Ok(transmission)
     }
@@ -77,26 +86,27 @@ struct Transmission<'h> {
 impl<'h> Transmission<'h> {
     fn parse(headers: &'h HeaderMap) -> Result<Self, SignatureError> {
         let malformed = SignatureError::MalformedHeader;
-        let algo = required_header(headers, "paypal-auth-algo", "PAYPAL-AUTH-ALGO")?;
+        let algo = single(headers, "paypal-auth-algo", "PAYPAL-AUTH-ALGO")?;
         if algo != AUTH_ALGO {
             return Err(SignatureError::NoSupportedSignature);
         }
-        let id = required_header(headers, "paypal-transmission-id", "PAYPAL-TRANSMISSION-ID")?;
+        let id = single(headers, "paypal-transmission-id", "PAYPAL-TRANSMISSION-ID")?;
         // It is a field of the signed message, so it cannot hold the separator.
         if !is_identifier(id) || id.contains('|') {
             return Err(malformed("PAYPAL-TRANSMISSION-ID is not an identifier"));
         }
-        let time = required_header(
+        let time = single(
             headers,
             "paypal-transmission-time",
             "PAYPAL-TRANSMISSION-TIME",
         )?;
-        let unix = parse_time(time)
-            .filter(|_| !time.contains('|'))
+        let unix = Some(time)
+            .filter(|time| is_utc_time(time))
+            .and_then(parse_time)
             .ok_or(malformed(
-                "PAYPAL-TRANSMISSION-TIME is not an RFC 3339 time",
+                "PAYPAL-TRANSMISSION-TIME is not an RFC 3339 UTC time",
             ))?;
-        let signature = required_header(
+        let signature = single(
             headers,
             "paypal-transmission-sig",
             "PAYPAL-TRANSMISSION-SIG",
@@ -106,11 +116,7 @@ impl<'h> Transmission<'h> {
             .ok()
             .filter(|sig| (1..=1024).contains(&sig.len()))
             .ok_or(malformed("PAYPAL-TRANSMISSION-SIG is not base64"))?;
-        let cert = CertRef::parse(required_header(
-            headers,
-            "paypal-cert-url",
-            "PAYPAL-CERT-URL",
-        )?)?;
+        let cert = CertRef::parse(single(headers, "paypal-cert-url", "PAYPAL-CERT-URL")?)?;
         Ok(Transmission {
             id,
             time,
@@ -119,6 +125,42 @@ impl<'h> Transmission<'h> {
             cert,
         })
     }
+}
+
+/// The one value of header `name`: a header sent twice is refused, so that
+/// nothing in front of webhookd can have read another copy.
+fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &'static str,
+    shown: &'static str,
+) -> Result<&'h str, SignatureError> {
+    if headers.get_all(name).iter().nth(1).is_some() {
+        return Err(SignatureError::MalformedHeader(
+            "a PAYPAL-* header was sent twice",
+        ));
+    }
+    required_header(headers, name, shown)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, the form PayPal sends, exactly.
+fn is_utc_time(time: &str) -> bool {
+    let Some(rest) = time.strip_suffix('Z') else {
+        return false;
+    };
+    let (seconds, fraction) = match rest.split_once('.') {
+        Some((seconds, fraction)) => (seconds, Some(fraction)),
+        None => (rest, None),
+    };
+    let shaped = seconds.len() == 19
+        && seconds.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            10 => b == b'T',
+            13 | 16 => b == b':',
+            _ => b.is_ascii_digit(),
+        });
+    shaped
+        && fraction
+            .is_none_or(|f| (1..=9).contains(&f.len()) && f.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl Verify for PaypalVerifier {
@@ -162,5 +204,34 @@ impl Verify for PaypalVerifier {
             return Err(SignatureError::Mismatch);
         }
         parse_event(body, Some(transmission.unix)).map(verified)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_paypal_s_utc_form_is_a_transmission_time() {
+        for good in [
+            "2024-08-02T19:33:35Z",
+            "2024-08-02T19:33:35.123Z",
+            "2024-08-02T19:33:35.123456789Z",
+        ] {
+            assert!(is_utc_time(good), "{good}");
+        }
+        for bad in [
+            "2024-08-02T19:33:35+00:00",
+            "2024-08-02t19:33:35z",
+            "2024-08-02T19:33:35ZabcdZ",
+            "2024-08-02T19:33:35.Z",
+            "2024-08-02T19:33:35Z|||Z",
+            "2024-08-02 19:33:35Z",
+            "2024-8-02T19:33:35Z",
+            "2024-08-02T19:33:35.1234567890Z",
+            "",
+        ] {
+            assert!(!is_utc_time(bad), "{bad}");
+        }
     }
 }
