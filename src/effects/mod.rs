@@ -9,6 +9,7 @@ mod money;
 pub mod paypal;
 pub mod plan;
 pub mod razorpay;
+mod refunds;
 pub mod source;
 pub mod stripe;
 

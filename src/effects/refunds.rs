@@ -1,0 +1,75 @@
+//! Refunds that carry their own amount and id (Razorpay's `rfnd_…`,
+//! PayPal's refunds): each debits its amount once, never more than is left
+//! of its payment's credit, and waits for that credit.
+
+use serde_json::Value;
+use sqlx::PgConnection;
+
+use super::money::{self, Debit, Found};
+use super::{Applied, Error};
+use crate::ledger::{self, EntryKind};
+use crate::payments::{self, Payment, Recorded};
+use crate::providers::Event;
+
+/// A validated refund of payment `payment_id`.
+pub(super) struct OwnRefund<'a> {
+    /// Its natural key.
+    pub id: &'a str,
+    /// The payment whose credit it debits.
+    pub payment_id: &'a str,
+    /// Positive.
+    pub amount_minor: i64,
+    pub currency: &'static str,
+    /// Provider-specific fields for the `wallet.debited` payload.
+    pub context: Value,
+}
+
+/// Debits `refund` (its own amount, never more than is left of the
+/// credit), once per refund id; deferred until the payment is credited. A
+/// refund larger than its payment or in another currency than its credit
+/// is rejected before anything is written. `payment`, the payment's row as
+/// the refund event carries it, is recorded once the credit is found (a
+/// row stored with another amount or currency rejects the refund).
+pub(super) async fn debit_own_refund(
+    conn: &mut PgConnection,
+    event: &Event,
+    refund: OwnRefund<'_>,
+    payment: Option<Payment<'_>>,
+) -> Result<Applied, Error> {
+    let found = money::credit_or_defer(conn, event, refund.payment_id, refund.currency).await?;
+    let credit = match found {
+        Found::Credit(credit) => credit,
+        Found::Deferred => return Ok(Applied::deferred(refund.payment_id)),
+        Found::Mismatch(reason) => return Ok(Applied::rejected(reason)),
+    };
+    if refund.amount_minor > credit.amount_minor {
+        return Ok(Applied::rejected("the refund is larger than its payment"));
+    }
+    if let Some(payment) = &payment
+        && let Recorded::Differs = payments::upsert(conn, payment, None).await?
+    {
+        return Ok(Applied::rejected(payments::DIFFERS));
+    }
+    let provider = event.provider();
+    if let Some(owner) = ledger::find(conn, provider, EntryKind::Refund, refund.id).await? {
+        return Ok(Applied::owned_by(
+            "this refund was already debited",
+            &owner.event_id,
+        ));
+    }
+    let refunded = ledger::refunded(conn, provider, refund.payment_id, None).await?;
+    let amount_minor = refund
+        .amount_minor
+        .min(credit.amount_minor - refunded.total_minor);
+    if amount_minor <= 0 {
+        return Ok(Applied::ignored("the credit is already fully refunded"));
+    }
+    let debit = Debit {
+        credit: &credit,
+        parent_ref: refund.payment_id,
+        source_ref: refund.id,
+        amount_minor,
+        context: refund.context,
+    };
+    money::debit(conn, event, debit).await
+}
