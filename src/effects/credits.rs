@@ -5,7 +5,7 @@ use super::Error;
 use serde_json::json;
 use sqlx::PgConnection;
 
-use super::{Applied, PlainCredit, Plan, Reason, money, razorpay};
+use super::{Applied, PlainCredit, Plan, Reason, money, paypal, razorpay};
 use crate::payments::{self, Payment, Recorded};
 use crate::providers::{Event, Kind};
 
@@ -78,8 +78,9 @@ pub(super) async fn apply_capture<T>(
 async fn record_capture(conn: &mut PgConnection, event: &Event) -> Result<Option<Applied>, Error> {
     match event.kind() {
         Kind::Razorpay => record_captured_row(conn, event, &razorpay::capture(event)).await,
-        Kind::Stripe | Kind::Paypal | Kind::Source => Err(Error::Invariant(
-            "only Razorpay captures record a payment before crediting",
+        Kind::Paypal => record_captured_row(conn, event, &paypal::capture(event)).await,
+        Kind::Stripe | Kind::Source => Err(Error::Invariant(
+            "only Razorpay and PayPal captures record a payment before crediting",
         )),
     }
 }
