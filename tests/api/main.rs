@@ -19,6 +19,7 @@ mod log_pipe;
 mod operations;
 mod outbox;
 mod parity;
+mod paypal;
 mod poison;
 mod properties;
 mod razorpay;
