@@ -15,7 +15,7 @@ mod resources;
 
 use super::money::PlainCredit;
 use super::plan::{Plan, credit_key, subscription_key};
-use super::refunds;
+use super::refunds::{self, RefundRow};
 use super::{Applied, Error, Reason, credits};
 use crate::providers::Event;
 use resources::{Capture, Refund, parse_subscription};
@@ -89,7 +89,9 @@ pub(super) fn capture(event: &Event) -> Result<(Capture<'_>, PlainCredit), Reaso
 async fn refund(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match Refund::parse(event.object()) {
         Ok(refund) if refund.undone => Ok(Applied::ignored("the refund did not go through")),
-        Ok(refund) => refunds::debit_own_refund(conn, event, refund.own(), None).await,
+        Ok(refund) => {
+            refunds::debit_own_refund(conn, event, refund.own(), RefundRow::FromLedger).await
+        }
         Err(reason) => Ok(Applied::rejected(reason)),
     }
 }

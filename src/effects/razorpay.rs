@@ -20,7 +20,7 @@ use sqlx::PgConnection;
 use super::credits::{self, PaymentRow};
 use super::money::{Credit, PlainCredit};
 use super::plan::{Plan, credit_key, subscription_key};
-use super::refunds::{self, OwnRefund};
+use super::refunds::{self, OwnRefund, RefundRow};
 use super::{Applied, Reason, currency_at, loose_ident_at, owner_at, required_ident, unix_at};
 use crate::payments::Payment;
 use crate::providers::Event;
@@ -102,7 +102,7 @@ async fn refund(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error
     match Refund::parse(event.object()) {
         Ok(refund) => {
             let payment = refund.payment.as_ref().map(RazorpayPayment::row);
-            refunds::debit_own_refund(conn, event, refund.own(), payment).await
+            refunds::debit_own_refund(conn, event, refund.own(), RefundRow::Carried(payment)).await
         }
         Err(reason) => Ok(Applied::rejected(reason)),
     }

@@ -24,17 +24,27 @@ pub(super) struct OwnRefund<'a> {
     pub context: Value,
 }
 
+/// How a refund keeps its payment's row: a row stored with another amount
+/// or currency rejects the refund.
+pub(super) enum RefundRow<'a> {
+    /// As the refund event carries it (Razorpay's payment entity), if it
+    /// does: recorded once the credit is found.
+    Carried(Option<Payment<'a>>),
+    /// The event carries no payment (PayPal's refunds): the credited
+    /// payment's row moves to what the ledger has refunded of it, this
+    /// refund included.
+    FromLedger,
+}
+
 /// Debits `refund` (its own amount, never more than is left of the
 /// credit), once per refund id; deferred until the payment is credited. A
 /// refund larger than its payment or in another currency than its credit
-/// is rejected before anything is written. `payment`, the payment's row as
-/// the refund event carries it, is recorded once the credit is found (a
-/// row stored with another amount or currency rejects the refund).
+/// is rejected before anything is written.
 pub(super) async fn debit_own_refund(
     conn: &mut PgConnection,
     event: &Event,
     refund: OwnRefund<'_>,
-    payment: Option<Payment<'_>>,
+    row: RefundRow<'_>,
 ) -> Result<Applied, Error> {
     let found = money::credit_or_defer(conn, event, refund.payment_id, refund.currency).await?;
     let credit = match found {
@@ -45,7 +55,7 @@ pub(super) async fn debit_own_refund(
     if refund.amount_minor > credit.amount_minor {
         return Ok(Applied::rejected("the refund is larger than its payment"));
     }
-    if let Some(payment) = &payment
+    if let RefundRow::Carried(Some(payment)) = &row
         && let Recorded::Differs = payments::upsert(conn, payment, None).await?
     {
         return Ok(Applied::rejected(payments::DIFFERS));
@@ -63,6 +73,24 @@ pub(super) async fn debit_own_refund(
         .min(credit.amount_minor - refunded.total_minor);
     if amount_minor <= 0 {
         return Ok(Applied::ignored("the credit is already fully refunded"));
+    }
+    if let RefundRow::FromLedger = row {
+        let refunded_minor = refunded.total_minor + amount_minor;
+        let payment = Payment {
+            provider,
+            payment_id: refund.payment_id,
+            payment_ref: None,
+            user_id: Some(&credit.user_id),
+            amount_minor: credit.amount_minor,
+            currency: &credit.currency,
+            status: super::refund_status(credit.amount_minor, refunded_minor)
+                .ok_or(Error::Invariant("a refund refunds nothing"))?,
+            refunded_minor,
+            created: None,
+        };
+        if let Recorded::Differs = payments::upsert(conn, &payment, None).await? {
+            return Ok(Applied::rejected(payments::DIFFERS));
+        }
     }
     let debit = Debit {
         credit: &credit,

@@ -1,5 +1,6 @@
 //! PayPal's refunds and reversals: each debits its own amount from the
-//! capture its `up` link names, once, never more than is left of it.
+//! capture its `up` link names, once, never more than is left of it, and
+//! moves the capture's payment row to what has been refunded.
 
 use futures_util::future::join_all;
 use serde_json::json;
@@ -9,7 +10,21 @@ use webhookd::ingest;
 
 use super::bodies::{completed, deliver, envelope, event, refund, refunded, rfc3339};
 use super::books;
-use crate::helpers::now;
+use crate::helpers::{TestApp, now};
+
+impl TestApp {
+    /// A capture's payment status and refunded amount.
+    async fn refunded(&self, capture_id: &str) -> (String, i64) {
+        sqlx::query_as(
+            "select status, refunded_minor from payments
+             where provider = 'paypal' and payment_id = $1",
+        )
+        .bind(capture_id)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+}
 
 #[sqlx::test]
 async fn a_refund_before_its_capture_waits_then_applies_once(pool: PgPool) {
@@ -34,6 +49,10 @@ async fn a_refund_before_its_capture_waits_then_applies_once(pool: PgPool) {
     assert_eq!(detail["owner_event_id"], "WH-R1");
 
     assert_eq!(app.balance("user_1", "USD").await, Some(2000));
+    assert_eq!(
+        app.refunded("CAP-R").await,
+        ("partially_refunded".into(), 1000)
+    );
     assert_eq!(app.count("deferred_events").await, 0);
     assert_eq!(app.topics().await, ["wallet.credited", "wallet.debited"]);
     app.assert_consistent().await;
@@ -71,6 +90,7 @@ async fn refunds_and_reversals_never_debit_more_than_is_left_of_the_capture(pool
     assert_eq!(detail["reason"], "the refund is larger than its payment");
 
     assert_eq!(app.balance("user_1", "USD").await, Some(0));
+    assert_eq!(app.refunded("CAP-P").await, ("refunded".into(), 3000));
     let refunds: Vec<(String, i64)> = app
         .entries()
         .await
@@ -122,6 +142,7 @@ async fn refunds_that_cannot_apply_are_rejected_or_ignored_and_debit_nothing(poo
     app.paypal(&body, "ignored").await;
 
     assert_eq!(app.balance("user_1", "USD").await, Some(3000));
+    assert_eq!(app.refunded("CAP-Q").await, ("completed".into(), 0));
     assert_eq!(app.count("wallet_entries").await, 1);
     app.assert_consistent().await;
 }
