@@ -7,7 +7,7 @@ use sqlx::PgConnection;
 
 use super::money::{self, Debit, Found};
 use super::{Applied, Error};
-use crate::ledger::{self, EntryKind};
+use crate::ledger::{self, Entry, EntryKind};
 use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
 
@@ -74,23 +74,17 @@ pub(super) async fn debit_own_refund(
     if amount_minor <= 0 {
         return Ok(Applied::ignored("the credit is already fully refunded"));
     }
-    if let RefundRow::FromLedger = row {
-        let refunded_minor = refunded.total_minor + amount_minor;
-        let payment = Payment {
-            provider,
-            payment_id: refund.payment_id,
-            payment_ref: None,
-            user_id: Some(&credit.user_id),
-            amount_minor: credit.amount_minor,
-            currency: &credit.currency,
-            status: super::refund_status(credit.amount_minor, refunded_minor)
-                .ok_or(Error::Invariant("a refund refunds nothing"))?,
-            refunded_minor,
-            created: None,
-        };
-        if let Recorded::Differs = payments::upsert(conn, &payment, None).await? {
-            return Ok(Applied::rejected(payments::DIFFERS));
-        }
+    if let RefundRow::FromLedger = row
+        && let Some(rejected) = record_refunded(
+            conn,
+            event,
+            &refund,
+            &credit,
+            refunded.total_minor + amount_minor,
+        )
+        .await?
+    {
+        return Ok(rejected);
     }
     let debit = Debit {
         credit: &credit,
@@ -100,4 +94,32 @@ pub(super) async fn debit_own_refund(
         context: refund.context,
     };
     money::debit(conn, event, debit).await
+}
+
+/// Moves the credited payment's row to `refunded_minor` refunded (its
+/// status to `partially_refunded` or `refunded`): `Some(rejected)` when the
+/// row was stored with another amount or currency.
+async fn record_refunded(
+    conn: &mut PgConnection,
+    event: &Event,
+    refund: &OwnRefund<'_>,
+    credit: &Entry,
+    refunded_minor: i64,
+) -> Result<Option<Applied>, Error> {
+    let payment = Payment {
+        provider: event.provider(),
+        payment_id: refund.payment_id,
+        payment_ref: None,
+        user_id: Some(&credit.user_id),
+        amount_minor: credit.amount_minor,
+        currency: &credit.currency,
+        status: super::refund_status(credit.amount_minor, refunded_minor)
+            .ok_or(Error::Invariant("a refund refunds nothing"))?,
+        refunded_minor,
+        created: None,
+    };
+    Ok(match payments::upsert(conn, &payment, None).await? {
+        Recorded::Differs => Some(Applied::rejected(payments::DIFFERS)),
+        Recorded::Recorded { .. } => None,
+    })
 }
