@@ -9,6 +9,7 @@ mod money;
 pub mod paypal;
 pub mod plan;
 pub mod razorpay;
+mod refunds;
 pub mod source;
 pub mod stripe;
 
@@ -98,7 +99,7 @@ impl Applied {
 }
 
 pub use credits::apply_credits;
-pub use currency::{WITHDRAWN_STILL_SENT, currency};
+pub use currency::{MAX_AMOUNT_LEN, WITHDRAWN_STILL_SENT, currency, minor_units};
 pub use money::PlainCredit;
 pub use plan::{Plan, plan};
 

@@ -31,9 +31,9 @@ pub struct Plan {
     /// Crediting is all it does: it may share statements with other credits
     /// ([`super::apply_credits`]).
     pub credit: Option<PlainCredit>,
-    /// Its credit is a Razorpay capture's: the payment row is recorded
-    /// first, and a payment stored with another amount or currency rejects
-    /// the event instead of crediting it.
+    /// Its credit is a capture's that records its payment row first
+    /// (Razorpay's, PayPal's): a payment stored with another amount or
+    /// currency rejects the event instead of crediting it.
     pub records_payment: bool,
 }
 
@@ -41,6 +41,32 @@ impl Plan {
     pub(super) fn keyed(keys: Vec<String>) -> Self {
         Plan {
             keys,
+            ..Plan::default()
+        }
+    }
+
+    /// A plain credit of payment `payment_id` (its key and wallet), which
+    /// `records_payment` first when set.
+    pub(super) fn crediting(
+        provider: &str,
+        payment_id: &str,
+        credit: PlainCredit,
+        records_payment: bool,
+    ) -> Self {
+        Plan {
+            keys: vec![credit_key(provider, payment_id)],
+            wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
+            credit: Some(credit),
+            records_payment,
+            ..Plan::default()
+        }
+    }
+
+    /// A refund that debits payment `payment_id`'s credit, under its key.
+    pub(super) fn debiting(provider: &str, payment_id: &str) -> Self {
+        Plan {
+            keys: vec![credit_key(provider, payment_id)],
+            debits: Some(payment_id.to_owned()),
             ..Plan::default()
         }
     }

@@ -17,11 +17,12 @@ use super::Error;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::money::{self, Credit, Debit, Found, PlainCredit};
+use super::credits::{self, PaymentRow};
+use super::money::{Credit, PlainCredit};
 use super::plan::{Plan, credit_key, subscription_key};
+use super::refunds::{self, OwnRefund, RefundRow};
 use super::{Applied, Reason, currency_at, loose_ident_at, owner_at, required_ident, unix_at};
-use crate::ledger::{self, EntryKind};
-use crate::payments::{self, Payment, Recorded};
+use crate::payments::Payment;
 use crate::providers::Event;
 use crate::subscriptions::Subscription;
 
@@ -29,8 +30,12 @@ pub use crate::providers::razorpay::PROVIDER;
 
 pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     match event.event_type() {
-        "payment.captured" => captured(conn, event).await,
-        "payment.failed" => failed(conn, event).await,
+        // Its payment row, then its credit: through the credits' shared
+        // path, as when it shares statements with other credits.
+        "payment.captured" => credits::apply_capture(conn, event, &capture(event)).await,
+        "payment.failed" => {
+            credits::record_status(conn, &RazorpayPayment::parse(event.object())).await
+        }
         "refund.processed" => refund(conn, event).await,
         kind if kind.starts_with("subscription.") => subscription(conn, event).await,
         _ => Ok(Applied::ignored("event type has no effect")),
@@ -46,14 +51,7 @@ pub(super) fn plan(event: &Event) -> Plan {
         // other credits.
         "payment.captured" => match capture(event) {
             Ok((payment, credit)) => {
-                let credit = PlainCredit::from(credit);
-                Plan {
-                    keys: vec![credit_key(PROVIDER, payment.id)],
-                    wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
-                    records_payment: true,
-                    credit: Some(credit),
-                    ..Plan::default()
-                }
+                Plan::crediting(PROVIDER, payment.id, PlainCredit::from(credit), true)
             }
             Err(_) => Plan::default(),
         },
@@ -62,11 +60,7 @@ pub(super) fn plan(event: &Event) -> Plan {
             Err(_) => Plan::default(),
         },
         "refund.processed" => match Refund::parse(object) {
-            Ok(refund) => Plan {
-                keys: vec![credit_key(PROVIDER, refund.payment_id)],
-                debits: Some(refund.payment_id.to_owned()),
-                ..Plan::default()
-            },
+            Ok(refund) => Plan::debiting(PROVIDER, refund.payment_id),
             Err(_) => Plan::default(),
         },
         kind if kind.starts_with("subscription.") => match parse_subscription(object) {
@@ -78,7 +72,7 @@ pub(super) fn plan(event: &Event) -> Plan {
 }
 
 /// A well-formed capture's payment and credit, or why it can never apply.
-fn capture(event: &Event) -> Result<(RazorpayPayment<'_>, Credit<'_>), Reason> {
+pub(super) fn capture(event: &Event) -> Result<(RazorpayPayment<'_>, Credit<'_>), Reason> {
     let payment = RazorpayPayment::parse(event.object())?;
     // The owner is the credit's key: it must be an identifier.
     let owner = event.object().pointer("/payment/entity");
@@ -100,94 +94,18 @@ fn capture(event: &Event) -> Result<(RazorpayPayment<'_>, Credit<'_>), Reason> {
     Ok((payment, credit))
 }
 
-/// Upserts the payment, then credits it: through the credits' shared path
-/// ([`super::apply_credits`]), which records the payment row first.
-async fn captured(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    if let Err(reason) = capture(event) {
-        return Ok(Applied::rejected(reason));
-    }
-    let plan = plan(event);
-    let mut applied = super::apply_credits(conn, &[(event, &plan)]).await?;
-    applied
-        .pop()
-        .ok_or(Error::Invariant("a capture has no outcome"))
-}
-
-/// Records a capture's payment row, before its credit. `Some(rejected)`
-/// when the stored payment has another amount or currency: then nothing is
-/// credited.
-pub(super) async fn record_capture(
-    conn: &mut PgConnection,
-    event: &Event,
-) -> Result<Option<Applied>, Error> {
-    let (payment, _) = match capture(event) {
-        Ok(capture) => capture,
-        Err(reason) => return Ok(Some(Applied::rejected(reason))),
-    };
-    Ok(
-        match payments::upsert(conn, &payment.row(), Some(event.event_id())).await? {
-            Recorded::Differs => Some(Applied::rejected(payments::DIFFERS)),
-            Recorded::Recorded { .. } => None,
-        },
-    )
-}
-
-async fn failed(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    let payment = match RazorpayPayment::parse(event.object()) {
-        Ok(payment) => payment,
-        Err(reason) => return Ok(Applied::rejected(reason)),
-    };
-    Ok(match payments::upsert(conn, &payment.row(), None).await? {
-        Recorded::Recorded { .. } => Applied::processed(json!({ "payment_id": payment.id })),
-        Recorded::Differs => Applied::rejected(payments::DIFFERS),
-    })
-}
-
-/// Debits one refund (its own amount, never more than is left of the
-/// credit), once per `rfnd_...`; deferred until the payment is credited. A
-/// refund larger than its payment, in another currency than its credit's,
-/// or carrying another payment's entity is rejected before anything is
-/// written: a refund only touches the payment it refunds.
+/// Debits one refund, once per `rfnd_...` ([`refunds::debit_own_refund`]),
+/// recording the payment entity that rides along. A refund carrying another
+/// payment's entity is rejected before anything is written: a refund only
+/// touches the payment it refunds.
 async fn refund(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    let refund = match Refund::parse(event.object()) {
-        Ok(refund) => refund,
-        Err(reason) => return Ok(Applied::rejected(reason)),
-    };
-    let credit =
-        match money::credit_or_defer(conn, event, refund.payment_id, refund.currency).await? {
-            Found::Credit(credit) => credit,
-            Found::Deferred => return Ok(Applied::deferred(refund.payment_id)),
-            Found::Mismatch(reason) => return Ok(Applied::rejected(reason)),
-        };
-    if refund.amount_minor > credit.amount_minor {
-        return Ok(Applied::rejected("the refund is larger than its payment"));
+    match Refund::parse(event.object()) {
+        Ok(refund) => {
+            let payment = refund.payment.as_ref().map(RazorpayPayment::row);
+            refunds::debit_own_refund(conn, event, refund.own(), RefundRow::Carried(payment)).await
+        }
+        Err(reason) => Ok(Applied::rejected(reason)),
     }
-    if let Some(payment) = &refund.payment
-        && let Recorded::Differs = payments::upsert(conn, &payment.row(), None).await?
-    {
-        return Ok(Applied::rejected(payments::DIFFERS));
-    }
-    if let Some(owner) = ledger::find(conn, PROVIDER, EntryKind::Refund, refund.id).await? {
-        return Ok(Applied::owned_by(
-            "this refund was already debited",
-            &owner.event_id,
-        ));
-    }
-    let refunded = ledger::refunded(conn, PROVIDER, refund.payment_id, None).await?;
-    let amount_minor = refund
-        .amount_minor
-        .min(credit.amount_minor - refunded.total_minor);
-    if amount_minor <= 0 {
-        return Ok(Applied::ignored("the credit is already fully refunded"));
-    }
-    let debit = Debit {
-        credit: &credit,
-        parent_ref: refund.payment_id,
-        source_ref: refund.id,
-        amount_minor,
-        context: json!({ "payment_id": refund.payment_id, "refund_id": refund.id }),
-    };
-    money::debit(conn, event, debit).await
 }
 
 async fn subscription(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
@@ -261,11 +179,22 @@ impl<'a> Refund<'a> {
             payment,
         })
     }
+
+    /// What it debits: its own amount, keyed by its id.
+    fn own(&self) -> OwnRefund<'a> {
+        OwnRefund {
+            id: self.id,
+            payment_id: self.payment_id,
+            amount_minor: self.amount_minor,
+            currency: self.currency,
+            context: json!({ "payment_id": self.payment_id, "refund_id": self.id }),
+        }
+    }
 }
 
 /// The payment entity of a Razorpay event, validated: its refunded amount
 /// never exceeds its amount.
-struct RazorpayPayment<'a> {
+pub(super) struct RazorpayPayment<'a> {
     id: &'a str,
     order_id: Option<&'a str>,
     user_id: Option<&'a str>,
@@ -310,7 +239,9 @@ impl<'a> RazorpayPayment<'a> {
             created: unix_at(entity, "/created_at"),
         })
     }
+}
 
+impl PaymentRow for RazorpayPayment<'_> {
     fn row(&self) -> Payment<'_> {
         Payment {
             provider: PROVIDER,

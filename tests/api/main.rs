@@ -19,6 +19,7 @@ mod log_pipe;
 mod operations;
 mod outbox;
 mod parity;
+mod paypal;
 mod paypal_certs;
 mod paypal_signature;
 mod poison;

@@ -1,11 +1,13 @@
 //! Property: a payment's, its refunds' and a subscription's event history
-//! (Stripe's, and Razorpay's), delivered in any order, any event any number
+//! (Stripe's, Razorpay's, and PayPal's: [`paypal`]), delivered in any order, any event any number
 //! of times, some copies at the same moment, ends in the state of the
 //! in-order history.
 //!
 //! Cases are generated from a fixed seed (`PROPERTY_CASES` sets how many;
 //! `PROPERTY_SEED` picks another sequence); a failure prints the case's
 //! delivery order so it can be replayed.
+
+mod paypal;
 
 use futures_util::future::join_all;
 use proptest::prelude::*;
@@ -29,6 +31,7 @@ const RAZORPAY_REFUNDS: [i64; 2] = [300, 400];
 pub(crate) enum Provider {
     Stripe,
     Razorpay,
+    Paypal,
 }
 
 impl Provider {
@@ -36,21 +39,23 @@ impl Provider {
         match self {
             Provider::Stripe => "stripe",
             Provider::Razorpay => "razorpay",
+            Provider::Paypal => "paypal",
         }
     }
 
     fn currency(self) -> &'static str {
         match self {
-            Provider::Stripe => "USD",
+            Provider::Stripe | Provider::Paypal => "USD",
             Provider::Razorpay => "INR",
         }
     }
 
-    /// The payment row's id: Stripe's charge, Razorpay's payment.
+    /// The payment row's id: Stripe's charge, Razorpay's payment, PayPal's capture.
     fn payment_id(self, case: usize) -> String {
         match self {
             Provider::Stripe => format!("ch_{case}"),
             Provider::Razorpay => format!("pay_{case}"),
+            Provider::Paypal => format!("CAP-{case}"),
         }
     }
 
@@ -59,6 +64,7 @@ impl Provider {
         match self {
             Provider::Stripe => stripe_history(case, t0),
             Provider::Razorpay => razorpay_history(case, t0),
+            Provider::Paypal => paypal::history(case, t0),
         }
     }
 
@@ -76,6 +82,7 @@ impl Provider {
                     .await
                     .status()
             }
+            Provider::Paypal => paypal::post(app, body).await,
         }
     }
 }

@@ -9,11 +9,16 @@ use rustls_pki_types::{CertificateDer, ServerName, TrustAnchor, UnixTime};
 use super::{CertRef, CertSettings, Env, MAX_PEM_BYTES};
 use crate::providers::SignatureError;
 
-/// The root and intermediate PayPal's signing certificates are issued
-/// under: DigiCert High Assurance EV Root CA (which Mozilla's list, and so
-/// `webpki-roots`, no longer carries) and DigiCert SHA2 Extended Validation
-/// Server CA (valid to 2028-10-22; PayPal's certificate URLs serve the leaf
-/// alone). Trusted for PayPal's signer only, as PayPal's own SDKs ship them.
+/// The issuers of PayPal's signing certificates, which PayPal's certificate
+/// URLs leave out (they serve the leaf alone): DigiCert High Assurance EV
+/// Root CA, the root of every PayPal signing certificate to date, which
+/// Mozilla's list (and so `webpki-roots`) no longer carries, trusted here
+/// for PayPal's signer only, as PayPal's own SDKs ship it; then the
+/// intermediates a leaf may chain through: DigiCert SHA2 Extended
+/// Validation Server CA (to 2028-10-22, under that root), and, under DigiCert
+/// Global Root G2 (in Mozilla's list), DigiCert EV RSA CA G2 (to
+/// 2030-07-02) and DigiCert Global G2 TLS RSA SHA256 2020 CA1 (to
+/// 2031-03-29), where DigiCert said PayPal's certificates move.
 const PAYPAL_ISSUERS: &[u8] = include_bytes!("digicert.pem");
 
 /// What fetching and chaining need, built once.
