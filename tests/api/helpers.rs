@@ -187,10 +187,8 @@ impl TestApp {
 
     /// The payload of the one `webhookd.delivery_gap` outbox row.
     pub async fn delivery_gap(&self) -> Value {
-        sqlx::query_scalar("select payload from outbox where topic = 'webhookd.delivery_gap'")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
+        let sql = "select payload from outbox where topic = 'webhookd.delivery_gap'";
+        sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
     }
 
     pub async fn balance(&self, user_id: &str, currency: &str) -> Option<i64> {
