@@ -1,4 +1,5 @@
-//! `webhookd sweep stripe` and `webhookd import`: each prints one JSON line.
+//! `webhookd sweep stripe|razorpay|paypal` and `webhookd import`: each
+//! prints one JSON line.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,9 @@ use crate::config::{RazorpayApiArgs, StripeApiArgs};
 use crate::events::{self, ImportRow};
 use crate::providers::{UNKNOWN_TYPE, is_identifier};
 use crate::startup;
+use crate::sweep::listing;
+use crate::sweep::paypal::{Paypal, PaypalApiArgs};
+use crate::sweep::stripe::Stripe;
 use crate::sweep::{self, Mode, Summary};
 
 #[derive(Debug, Subcommand)]
@@ -24,6 +28,9 @@ pub enum SweepCommand {
     /// List Razorpay's payments and refunds of the window (it has no events
     /// API) and apply those never credited or debited.
     Razorpay(RazorpaySweepArgs),
+    /// List PayPal's webhook events (`GET /v1/notifications/webhooks-events`)
+    /// of the window and apply those never delivered.
+    Paypal(PaypalSweepArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -50,7 +57,19 @@ pub struct RazorpaySweepArgs {
     pub api: RazorpayApiArgs,
 }
 
-/// `webhookd import stripe [--since 30d]`, or `webhookd import --provider
+#[derive(Debug, Clone, Args)]
+pub struct PaypalSweepArgs {
+    /// How far back to look (e.g. `72h`: PayPal retries a delivery for three days).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "72h")]
+    pub since: Duration,
+    /// List and count; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub api: PaypalApiArgs,
+}
+
+/// `webhookd import stripe|paypal [--since 30d]`, or `webhookd import --provider
 /// NAME --from-csv FILE`.
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("what").required(true).args(["source", "provider"])))]
@@ -73,11 +92,14 @@ pub struct ImportArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub api: StripeApiArgs,
+    #[command(flatten)]
+    pub paypal: PaypalApiArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ImportSource {
     Stripe,
+    Paypal,
 }
 
 pub async fn sweep(
@@ -90,9 +112,9 @@ pub async fn sweep(
     let summary = match command {
         SweepCommand::Stripe(args) => {
             let mut api = startup::stripe_api(&args.api)?;
-            let (since, until) = window(clock, args.since);
-            let since = sweep::floor(pool, crate::providers::stripe::PROVIDER, since).await?;
-            sweep::stripe::sweep(&mut api, pool, mode(args.dry_run), (since, until), None).await?
+            let window =
+                floored(pool, clock, crate::providers::stripe::PROVIDER, args.since).await?;
+            listing::sweep::<Stripe>(&mut api, pool, mode(args.dry_run), window, None).await?
         }
         SweepCommand::Razorpay(args) => {
             let mut api = startup::razorpay_api(&args.api)?;
@@ -100,6 +122,12 @@ pub async fn sweep(
             let since = sweep::floor(pool, crate::providers::razorpay::PROVIDER, since).await?;
             let until = clock.now() - sweep::razorpay::SETTLE_SECS;
             sweep::razorpay::sweep(&mut api, pool, mode(args.dry_run), (since, until), None).await?
+        }
+        SweepCommand::Paypal(args) => {
+            let mut api = sweep::paypal::api(&args.api)?;
+            let window =
+                floored(pool, clock, crate::providers::paypal::PROVIDER, args.since).await?;
+            listing::sweep::<Paypal>(&mut api, pool, mode(args.dry_run), window, None).await?
         }
     };
     let mode = mode(summary.dry_run);
@@ -122,29 +150,47 @@ pub async fn import(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let line = match (args.source, &args.provider, &args.from_csv) {
-        (Some(ImportSource::Stripe), _, _) => {
-            let mut api = startup::stripe_api(&args.api)?;
-            let (since, until) = window(clock, args.since);
-            let mode = if args.dry_run {
-                Mode::DryRun
-            } else {
-                Mode::Import
-            };
-            let summary = sweep::stripe::sweep(&mut api, pool, mode, (since, until), None).await?;
-            if mode == Mode::Import {
-                let provider = crate::providers::stripe::PROVIDER;
-                sweep::store::cut_over(pool, provider, until).await?;
-            }
-            json_line(&Imported::from(summary))?
-        }
+        (Some(source), _, _) => json_line(&import_listed(pool, args, source, clock).await?)?,
         (None, Some(provider), Some(path)) => {
             let imported = import_file(pool, provider, path, args.dry_run, clock.now()).await?;
             json_line(&imported)?
         }
-        _ => anyhow::bail!("say `import stripe`, or `import --provider NAME --from-csv FILE`"),
+        _ => {
+            anyhow::bail!("say `import stripe|paypal`, or `import --provider NAME --from-csv FILE`")
+        }
     };
     writeln!(out, "{line}")?;
     Ok(())
+}
+
+/// Records the events `source`'s API lists of the last `--since` as
+/// imported (counts them in a dry run), and the import's cut-over.
+async fn import_listed(
+    pool: &PgPool,
+    args: &ImportArgs,
+    source: ImportSource,
+    clock: &Clock,
+) -> anyhow::Result<Imported> {
+    let (since, until) = window(clock, args.since);
+    let mode = if args.dry_run {
+        Mode::DryRun
+    } else {
+        Mode::Import
+    };
+    let summary = match source {
+        ImportSource::Stripe => {
+            let mut api = startup::stripe_api(&args.api)?;
+            listing::sweep::<Stripe>(&mut api, pool, mode, (since, until), None).await?
+        }
+        ImportSource::Paypal => {
+            let mut api = sweep::paypal::api(&args.paypal)?;
+            listing::sweep::<Paypal>(&mut api, pool, mode, (since, until), None).await?
+        }
+    };
+    if mode == Mode::Import {
+        sweep::store::cut_over(pool, summary.provider, until).await?;
+    }
+    Ok(Imported::from(summary))
 }
 
 /// The JSON line of an import from a provider's API.
@@ -291,6 +337,17 @@ fn unix_time(text: &str) -> Option<i64> {
         }
     };
     crate::providers::is_unix_time(seconds).then_some(seconds)
+}
+
+/// [`window`], starting no earlier than `provider`'s cut-over.
+async fn floored(
+    pool: &PgPool,
+    clock: &Clock,
+    provider: &str,
+    since: Duration,
+) -> anyhow::Result<(i64, i64)> {
+    let (since, until) = window(clock, since);
+    Ok((sweep::floor(pool, provider, since).await?, until))
 }
 
 /// `[now - since, now]` in Unix seconds (the current second included).

@@ -54,11 +54,14 @@ pub struct PeriodicSweepArgs {
     #[arg(long, env = "WEBHOOKD_SWEEP_INTERVAL", value_parser = humantime::parse_duration, default_value = "10m")]
     pub sweep_interval: Duration,
     /// How far back a periodic sweep reaches at most (default: `72h` for
-    /// Stripe, which retries a delivery for three days; `24h` for Razorpay).
+    /// Stripe and PayPal, which retry a delivery for three days; `24h` for
+    /// Razorpay).
     #[arg(long, env = "WEBHOOKD_SWEEP_WINDOW", value_parser = humantime::parse_duration)]
     pub sweep_window: Option<Duration>,
     #[command(flatten)]
     pub stripe: StripeApiArgs,
     #[command(flatten)]
     pub razorpay: RazorpayApiArgs,
+    #[command(flatten)]
+    pub paypal: crate::sweep::paypal::PaypalApiArgs,
 }

@@ -51,7 +51,8 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
 
 /// The periodic sweep `serve` runs in a draining process, when it is on
 /// (`WEBHOOKD_SWEEP_INTERVAL` above zero), of each provider whose API key
-/// is set (`STRIPE_API_KEY`; `RAZORPAY_KEY_ID` and `RAZORPAY_KEY_SECRET`).
+/// is set (`STRIPE_API_KEY`; `RAZORPAY_KEY_ID` and `RAZORPAY_KEY_SECRET`;
+/// `PAYPAL_CLIENT_ID` and `PAYPAL_CLIENT_SECRET`).
 pub fn sweeper(
     settings: &ServeSettings,
     pool: PgPool,
@@ -87,8 +88,17 @@ pub fn sweeper(
             crate::sweep::razorpay::DEFAULT_WINDOW,
         ));
     }
+    if sweep.paypal.configured() {
+        targets.push(target(
+            crate::providers::paypal::PROVIDER,
+            crate::sweep::paypal::api(&sweep.paypal)?,
+            crate::sweep::paypal::DEFAULT_WINDOW,
+        ));
+    }
     if targets.is_empty() {
-        tracing::info!("periodic sweep off: no provider API key (STRIPE_API_KEY, RAZORPAY_KEY_ID)");
+        tracing::info!(
+            "periodic sweep off: no provider API key (STRIPE_API_KEY, RAZORPAY_KEY_ID, PAYPAL_CLIENT_ID)"
+        );
         return Ok(None);
     }
     let providers: Vec<&str> = targets.iter().map(|t| t.provider).collect();

@@ -3,12 +3,17 @@
 //! event's own id, effects, outbox, one transaction). An event delivered
 //! before is a `duplicate`; a webhook that arrives after the sweep is one.
 //!
+//! Stripe and PayPal list their events ([`listing`]); Razorpay lists its
+//! payments and refunds ([`razorpay`]).
+//!
 //! `webhookd import` reads the same listing and records each event
 //! `imported`, without effects, for a team whose earlier handler applied
 //! them already.
 
 pub mod api;
 pub mod audit;
+pub mod listing;
+pub mod paypal;
 pub mod razorpay;
 pub mod schedule;
 pub mod store;

@@ -14,6 +14,9 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::api::Api;
+use super::listing;
+use super::paypal::Paypal;
+use super::stripe::Stripe;
 use super::{Checkpoint, Mode, Summary, store};
 use crate::clock::Clock;
 use crate::{ingest, telemetry};
@@ -184,10 +187,15 @@ impl Sweeper {
         }
         let window = window(provider, lease, now, window_start);
         let (api, pool) = (&mut target.api, &self.pool);
-        if provider == crate::providers::razorpay::PROVIDER {
-            super::razorpay::sweep(api, pool, Mode::Apply, window, Some(&checkpoint)).await
-        } else {
-            super::stripe::sweep(api, pool, Mode::Apply, window, Some(&checkpoint)).await
+        let checkpoint = Some(&checkpoint);
+        match provider {
+            crate::providers::razorpay::PROVIDER => {
+                super::razorpay::sweep(api, pool, Mode::Apply, window, checkpoint).await
+            }
+            crate::providers::paypal::PROVIDER => {
+                listing::sweep::<Paypal>(api, pool, Mode::Apply, window, checkpoint).await
+            }
+            _ => listing::sweep::<Stripe>(api, pool, Mode::Apply, window, checkpoint).await,
         }
     }
 }
@@ -202,8 +210,9 @@ fn window(provider: &str, lease: &store::Lease, now: i64, window_start: i64) -> 
         // window again; the natural keys keep that exactly once.
         (floor, now - super::razorpay::SETTLE_SECS)
     } else {
-        // Events are immutable: from the checkpoint (less the overlap),
-        // and not the last minutes, whose webhooks may still be on the way.
+        // Events (Stripe's, PayPal's) are immutable: from the checkpoint
+        // (less the overlap), and not the last minutes, whose webhooks may
+        // still be on the way.
         let since = lease
             .swept_until
             .map_or(floor, |swept| (swept - secs(OVERLAP)).max(floor));

@@ -151,6 +151,28 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
                 )
                 .into_bytes()
             }),
+        // PayPal's envelope: its times as it writes them, and as its
+        // simulator does (`2018-19-12T22:20:32Z`).
+        (
+            "[A-Z.]{0,30}",
+            "[A-Z0-9-]{0,24}",
+            prop_oneof![
+                Just("null".to_owned()),
+                "-?[0-9]{1,20}",
+                r#""[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z?""#,
+                r#""[ -~]{0,12}""#,
+            ],
+            prop_oneof![Just("null".to_owned()), r#""-?[0-9]{0,12}(\.[0-9]{0,3})?""#, "-?[0-9]{1,20}"],
+        )
+            .prop_map(|(kind, id, time, value)| {
+                format!(
+                    r#"{{"id":"{id}","event_type":"{kind}","create_time":{time},"resource_type":"capture",
+                        "resource":{{"id":"{id}","custom_id":"{id}","status":"COMPLETED","update_time":{time},
+                        "amount":{{"currency_code":"USD","value":{value}}},
+                        "links":[{{"href":"https://api.paypal.com/v2/payments/captures/{id}","rel":"up"}}]}}}}"#
+                )
+                .into_bytes()
+            }),
     ]
 }
 

@@ -185,6 +185,12 @@ impl TestApp {
         .unwrap_or_else(|e| panic!("event {event_id}: {e}"))
     }
 
+    /// The payload of the one `webhookd.delivery_gap` outbox row.
+    pub async fn delivery_gap(&self) -> Value {
+        let sql = "select payload from outbox where topic = 'webhookd.delivery_gap'";
+        sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
+    }
+
     pub async fn balance(&self, user_id: &str, currency: &str) -> Option<i64> {
         sqlx::query_scalar("select balance_minor from wallets where user_id = $1 and currency = $2")
             .bind(user_id)

@@ -13,6 +13,7 @@ use webhookd::cli::drill::DrillArgs;
 use webhookd::cli::events::EventsCommand;
 use webhookd::cli::prune::PruneArgs;
 use webhookd::cli::send::SendArgs;
+use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
 use webhookd::clock::Clock;
 use webhookd::config::Secrets;
 use webhookd::outbox::Drainer;
@@ -377,11 +378,17 @@ async fn send_signs_a_sample_that_the_service_applies(pool: PgPool) {
         provider: "stripe".into(),
         event_type: event_type.into(),
         user: "user_sent".into(),
-        amount: 2500,
+        amount: Some("2500".into()),
+        currency: None,
         payment: payment.map(str::to_owned),
         url: app.address.clone(),
         stripe_webhook_secret: Secrets::new([SECRET]),
         razorpay_webhook_secret: Secrets::default(),
+        paypal: PaypalSendArgs {
+            paypal_key: None,
+            paypal_cert_url: DEFAULT_CERT_URL.into(),
+            paypal_webhook_id: None,
+        },
     };
     let mut out = Vec::new();
     cli::send::run(&send("payment_intent.succeeded", Some("pi_sent")), &mut out)

@@ -376,6 +376,7 @@ async fn imported_events_are_never_applied_and_their_redelivery_is_a_duplicate(p
         since: std::time::Duration::from_secs(3600),
         dry_run,
         api: api_args(&fake, KEY),
+        paypal: crate::sweep_paypal::unset(),
     };
     let mut out = Vec::new();
     webhookd::cli::sweep::import(&app.pool, &import(true), &Clock::System, &mut out)
@@ -427,6 +428,7 @@ async fn imported_events_are_never_applied_and_their_redelivery_is_a_duplicate(p
         since: std::time::Duration::from_secs(3600),
         dry_run: false,
         api: api_args(&fake, KEY),
+        paypal: crate::sweep_paypal::unset(),
     };
     for expected in [json!(3), json!(0)] {
         let mut out = Vec::new();
@@ -487,11 +489,7 @@ async fn the_periodic_sweep_recovers_announces_the_gap_and_resumes_from_its_chec
     let mut first = sweeper(&app, &fake);
     first.run_once().await;
     assert_eq!(app.balance("user_1", "USD").await, Some(300));
-    let gap: Value =
-        sqlx::query_scalar("select payload from outbox where topic = 'webhookd.delivery_gap'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let gap = app.delivery_gap().await;
     assert_eq!(
         (&gap["provider"], &gap["count"]),
         (&json!("stripe"), &json!(1)),

@@ -276,6 +276,7 @@ async fn after_an_import_no_razorpay_sweep_credits_what_the_earlier_handler_appl
             stripe_api_base: "https://api.stripe.com".into(),
             rate: 20,
         },
+        paypal: crate::sweep_paypal::unset(),
     };
     webhookd::cli::sweep::import(&app.pool, &import, &Clock::System, &mut Vec::new())
         .await

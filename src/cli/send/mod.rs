@@ -1,5 +1,6 @@
 //! `webhookd send <provider> <event-type>`: signs a realistic sample event
-//! with the configured secret and POSTs it, like `stripe trigger` but offline.
+//! with the configured secret (PayPal: a private key, [`paypal`]) and POSTs
+//! it, like `stripe trigger` but offline.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,22 +13,31 @@ use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 use crate::config::{Secrets, parse_secrets};
 use crate::providers::{razorpay, stripe};
 
+pub mod paypal;
+
 #[derive(Debug, Clone, Args)]
 pub struct SendArgs {
-    /// `stripe` or `razorpay`.
+    /// `stripe`, `razorpay` or `paypal`.
     pub provider: String,
     /// e.g. payment_intent.succeeded, charge.refunded, invoice.paid,
-    /// customer.subscription.updated; payment.captured, refund.processed.
+    /// customer.subscription.updated; payment.captured, refund.processed;
+    /// PAYMENT.CAPTURE.COMPLETED, PAYMENT.CAPTURE.REFUNDED,
+    /// BILLING.SUBSCRIPTION.ACTIVATED, BILLING.SUBSCRIPTION.CANCELLED.
     pub event_type: String,
-    /// The wallet owner (`metadata.user_id` / `notes.user_id`).
+    /// The wallet owner (`metadata.user_id` / `notes.user_id` / `custom_id`).
     #[arg(long, default_value = "user_123")]
     pub user: String,
-    /// Amount in the currency's minor unit.
-    #[arg(long, default_value_t = 2000)]
-    pub amount: i64,
+    /// Amount: in the currency's minor unit for Stripe and Razorpay
+    /// (default 2000), as PayPal writes it for PayPal (default 20.00).
+    #[arg(long, value_parser = parse_amount)]
+    pub amount: Option<String>,
+    /// ISO 4217 code (default: usd for Stripe, INR for Razorpay, USD for
+    /// PayPal).
+    #[arg(long, value_parser = parse_currency)]
+    pub currency: Option<String>,
     /// The payment the event is about (default: a fresh id); a refund names
-    /// the payment it refunds.
-    #[arg(long)]
+    /// the payment (PayPal: the capture) it refunds.
+    #[arg(long, alias = "capture")]
     pub payment: Option<String>,
     /// Base URL of the running webhookd.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
@@ -36,6 +46,8 @@ pub struct SendArgs {
     pub stripe_webhook_secret: Secrets,
     #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
     pub razorpay_webhook_secret: Secrets,
+    #[command(flatten)]
+    pub paypal: paypal::PaypalSendArgs,
 }
 
 pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
@@ -45,7 +57,7 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let (path, body, headers) = match args.provider.as_str() {
         stripe::PROVIDER => {
             let secret = first_secret(&args.stripe_webhook_secret, "STRIPE_WEBHOOK_SECRET")?;
-            let body = stripe_event(args, t, unique).to_string();
+            let body = stripe_event(args, minor_amount(args)?, t, unique).to_string();
             let header = stripe::signature_header(secret, t, body.as_bytes());
             (
                 stripe::PROVIDER,
@@ -55,7 +67,7 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
         }
         razorpay::PROVIDER => {
             let secret = first_secret(&args.razorpay_webhook_secret, "RAZORPAY_WEBHOOK_SECRET")?;
-            let body = razorpay_event(args, t, unique).to_string();
+            let body = razorpay_event(args, minor_amount(args)?, t, unique).to_string();
             let signature = razorpay::signature(secret, body.as_bytes());
             let headers = vec![
                 (razorpay::SIGNATURE_HEADER, signature),
@@ -63,8 +75,12 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
             ];
             (razorpay::PROVIDER, body, headers)
         }
+        crate::providers::paypal::PROVIDER => {
+            let (body, headers) = paypal::delivery(args, UNIX_EPOCH + now, unique)?;
+            (crate::providers::paypal::PROVIDER, body, headers)
+        }
         other => anyhow::bail!(
-            "cannot send samples for `{}`: stripe or razorpay",
+            "cannot send samples for `{}`: stripe, razorpay or paypal",
             id(other)
         ),
     };
@@ -97,6 +113,37 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--amount` as a whole number of the currency's minor unit (default 2000).
+fn minor_amount(args: &SendArgs) -> anyhow::Result<i64> {
+    let amount = args.amount.as_deref().unwrap_or("2000");
+    amount.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "--amount is in the currency's minor unit for {}: a whole number (2000 for 20.00)",
+            args.provider
+        )
+    })
+}
+
+/// An amount as typed: digits, with an optional fraction (`2000`, `30.00`).
+fn parse_amount(text: &str) -> Result<String, String> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, "0"));
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    if text.len() <= 32 && digits(whole) && digits(fraction) {
+        Ok(text.to_owned())
+    } else {
+        Err("a decimal number such as 2000 or 30.00".to_owned())
+    }
+}
+
+/// Three ASCII letters (`usd`, `INR`).
+fn parse_currency(text: &str) -> Result<String, String> {
+    if text.len() == 3 && text.bytes().all(|b| b.is_ascii_alphabetic()) {
+        Ok(text.to_owned())
+    } else {
+        Err("an ISO 4217 code such as USD".to_owned())
+    }
+}
+
 fn first_secret<'a>(secrets: &'a Secrets, variable: &str) -> anyhow::Result<&'a str> {
     secrets
         .iter()
@@ -105,29 +152,34 @@ fn first_secret<'a>(secrets: &'a Secrets, variable: &str) -> anyhow::Result<&'a 
         .ok_or_else(|| anyhow::anyhow!("set {variable} (the secret webhookd verifies with)"))
 }
 
-/// A Stripe event of `args.event_type`, shaped like Stripe's own.
-pub fn stripe_event(args: &SendArgs, t: i64, unique: u128) -> Value {
+/// A Stripe event of `args.event_type` for `amount`, shaped like Stripe's own.
+pub fn stripe_event(args: &SendArgs, amount: i64, t: i64, unique: u128) -> Value {
     let intent = args
         .payment
         .clone()
         .unwrap_or_else(|| format!("pi_send_{unique}"));
     let metadata = json!({ "user_id": args.user });
+    let currency = args
+        .currency
+        .as_deref()
+        .unwrap_or("usd")
+        .to_ascii_lowercase();
     let object = match args.event_type.as_str() {
         "payment_intent.succeeded" => json!({
-            "id": intent, "object": "payment_intent", "amount": args.amount,
-            "amount_received": args.amount, "currency": "usd", "status": "succeeded",
+            "id": intent, "object": "payment_intent", "amount": amount,
+            "amount_received": amount, "currency": currency, "status": "succeeded",
             "metadata": metadata, "created": t,
         }),
         kind @ ("charge.succeeded" | "charge.refunded") => json!({
             "id": format!("ch_{}", intent.trim_start_matches("pi_")), "object": "charge",
-            "amount": args.amount, "amount_captured": args.amount,
-            "amount_refunded": if kind == "charge.refunded" { args.amount } else { 0 },
-            "refunded": kind == "charge.refunded", "currency": "usd", "payment_intent": intent,
+            "amount": amount, "amount_captured": amount,
+            "amount_refunded": if kind == "charge.refunded" { amount } else { 0 },
+            "refunded": kind == "charge.refunded", "currency": currency, "payment_intent": intent,
             "status": "succeeded", "metadata": metadata, "created": t,
         }),
         "invoice.paid" => json!({
             "id": format!("in_send_{unique}"), "object": "invoice", "customer": "cus_send",
-            "subscription": "sub_send", "amount_paid": args.amount, "currency": "usd",
+            "subscription": "sub_send", "amount_paid": amount, "currency": currency,
             "metadata": metadata,
         }),
         kind if kind.starts_with("customer.subscription.") => json!({
@@ -148,15 +200,21 @@ pub fn stripe_event(args: &SendArgs, t: i64, unique: u128) -> Value {
     })
 }
 
-/// A Razorpay event of `args.event_type`, shaped like Razorpay's own.
-pub fn razorpay_event(args: &SendArgs, t: i64, unique: u128) -> Value {
+/// A Razorpay event of `args.event_type` for `amount`, shaped like
+/// Razorpay's own.
+pub fn razorpay_event(args: &SendArgs, amount: i64, t: i64, unique: u128) -> Value {
     let payment_id = args
         .payment
         .clone()
         .unwrap_or_else(|| format!("pay_send_{unique}"));
+    let currency = args
+        .currency
+        .as_deref()
+        .unwrap_or("INR")
+        .to_ascii_uppercase();
     let payment = |status: &str, refunded: i64| {
         json!({ "entity": {
-            "id": payment_id, "entity": "payment", "amount": args.amount, "currency": "INR",
+            "id": payment_id, "entity": "payment", "amount": amount, "currency": currency,
             "status": status, "order_id": format!("order_send_{unique}"), "method": "upi",
             "amount_refunded": refunded, "captured": status == "captured",
             "notes": { "user_id": args.user }, "created_at": t,
@@ -175,10 +233,10 @@ pub fn razorpay_event(args: &SendArgs, t: i64, unique: u128) -> Value {
             json!(["refund", "payment"]),
             json!({
                 "refund": { "entity": {
-                    "id": format!("rfnd_send_{unique}"), "entity": "refund", "amount": args.amount,
-                    "currency": "INR", "payment_id": payment_id, "status": "processed", "notes": [],
+                    "id": format!("rfnd_send_{unique}"), "entity": "refund", "amount": amount,
+                    "currency": currency, "payment_id": payment_id, "status": "processed", "notes": [],
                 }},
-                "payment": payment("captured", args.amount),
+                "payment": payment("captured", amount),
             }),
         ),
         kind if kind.starts_with("subscription.") => (

@@ -6,19 +6,26 @@
 //!   sooner than a `Retry-After` asks (up to 30 s: a provider cannot park a
 //!   sweep);
 //! - network errors are retried a bounded number of times;
-//! - 401 and 403 stop at once: the key is wrong or lacks access;
+//! - 401 and 403 stop at once: the key is wrong or lacks access (with
+//!   OAuth client credentials, a 401 first fetches a new token, once:
+//!   [`oauth`]);
 //! - any other answer stops with the provider's message (bounded).
 
 use std::net::IpAddr;
 use std::time::Duration;
 
-use reqwest::header::{AUTHORIZATION, HeaderValue, RETRY_AFTER};
-use reqwest::{StatusCode, Url};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 
 use crate::outbox::retry::jitter;
-use crate::telemetry;
+
+mod answer;
+mod oauth;
+
+pub use answer::MOST_BODY_BYTES;
+use answer::{Unread, error_message, read_bounded, retry_after};
 
 /// How many times one request is tried before the sweep gives up.
 const MOST_TRIES: u32 = 8;
@@ -60,6 +67,14 @@ pub enum Auth {
         user: String,
         password: SecretString,
     },
+    /// OAuth 2.0 client credentials: the pair goes (as HTTP Basic) to
+    /// `token_path` only, and every other request carries the bearer token
+    /// it answers.
+    ClientCredentials {
+        token_path: &'static str,
+        user: String,
+        password: SecretString,
+    },
 }
 
 /// One provider's API: its base URL, key and pace.
@@ -68,7 +83,12 @@ pub struct Api {
     /// Said when the provider refuses the key.
     unauthorized_hint: &'static str,
     base: Url,
+    /// `Authorization` of every request, or with client credentials of the
+    /// token request only.
     auth: HeaderValue,
+    /// With client credentials: where tokens come from, and the one held.
+    token_path: Option<&'static str>,
+    token: Option<oauth::Token>,
     client: reqwest::Client,
     /// Least time between the starts of two requests.
     interval: Duration,
@@ -102,17 +122,17 @@ impl Api {
             "the {provider} API base must be https:// (plain http only on a loopback address): \
              the API key must not travel in the clear"
         );
-        let mut auth = match auth {
-            Auth::Bearer(key) => HeaderValue::try_from(format!("Bearer {}", key.expose_secret())),
-            Auth::Basic { user, password } => {
-                use base64::Engine;
-                let pair = format!("{user}:{}", password.expose_secret());
-                let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
-                HeaderValue::try_from(format!("Basic {encoded}"))
-            }
-        }
-        .map_err(|_| anyhow::anyhow!("the {provider} API key is not a valid header value"))?;
-        auth.set_sensitive(true);
+        let (auth, token_path) = match auth {
+            Auth::Bearer(key) => (format!("Bearer {}", key.expose_secret()), None),
+            Auth::Basic { user, password } => (basic(user, password), None),
+            Auth::ClientCredentials {
+                token_path,
+                user,
+                password,
+            } => (basic(user, password), Some(*token_path)),
+        };
+        let auth = sensitive(auth)
+            .map_err(|_| anyhow::anyhow!("the {provider} API key is not a valid header value"))?;
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             // The key goes to the base's host only, never where a redirect points.
@@ -124,11 +144,18 @@ impl Api {
             unauthorized_hint,
             base,
             auth,
+            token_path,
+            token: None,
             client,
             interval: Duration::from_secs_f64(1.0 / f64::from(requests_per_second.max(1))),
             next_start: Instant::now(),
             requests: 0,
         })
+    }
+
+    /// The base URL requests go to (and the host that links must name).
+    pub fn base(&self) -> &Url {
+        &self.base
     }
 
     /// GETs `path` with `query`, retrying what a retry can mend, and returns
@@ -141,9 +168,20 @@ impl Api {
         let mut url = self.base.clone();
         url.set_path(path);
         url.query_pairs_mut().extend_pairs(query);
+        match self.token_path {
+            None => {
+                let auth = self.auth.clone();
+                self.send(&Sending::get(url, auth)).await
+            }
+            Some(token_path) => self.get_with_token(url, token_path).await,
+        }
+    }
+
+    /// Sends `request` until it is answered, or a retry cannot help.
+    async fn send(&mut self, request: &Sending) -> Result<Vec<u8>, ApiFailure> {
         let mut last = String::new();
         for attempt in 1..=MOST_TRIES {
-            let wait = match self.try_once(&url).await? {
+            let wait = match self.try_once(request).await? {
                 Tried::Answered(body) => return Ok(body),
                 Tried::Failed { error, retry_after } => {
                     last = error;
@@ -161,16 +199,20 @@ impl Api {
         })
     }
 
-    /// One try of `url`, at the pace.
-    async fn try_once(&mut self, url: &Url) -> Result<Tried, ApiFailure> {
+    /// One try of `request`, at the pace.
+    async fn try_once(&mut self, request: &Sending) -> Result<Tried, ApiFailure> {
         self.pace().await;
         self.requests += 1;
-        let sent = self
+        let mut builder = self
             .client
-            .get(url.clone())
-            .header(AUTHORIZATION, self.auth.clone())
-            .send()
-            .await;
+            .request(request.method.clone(), request.url.clone())
+            .header(AUTHORIZATION, request.auth.clone());
+        if let Some(form) = request.form {
+            builder = builder
+                .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(form);
+        }
+        let sent = builder.send().await;
         match sent {
             Err(error) => Ok(Tried::Failed {
                 error: error.without_url().to_string(),
@@ -247,12 +289,39 @@ impl Api {
     }
 }
 
-/// Largest body read from a provider: a page of 100 objects is far smaller.
-pub const MOST_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// One request as it is tried again and again.
+struct Sending {
+    method: Method,
+    url: Url,
+    auth: HeaderValue,
+    /// An `application/x-www-form-urlencoded` body.
+    form: Option<&'static str>,
+}
 
-enum Unread {
-    TooLarge,
-    Failed(reqwest::Error),
+impl Sending {
+    fn get(url: Url, auth: HeaderValue) -> Self {
+        Sending {
+            method: Method::GET,
+            url,
+            auth,
+            form: None,
+        }
+    }
+}
+
+/// `Basic base64(user:password)`.
+fn basic(user: &str, password: &SecretString) -> String {
+    use base64::Engine;
+    let pair = format!("{user}:{}", password.expose_secret());
+    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+    format!("Basic {encoded}")
+}
+
+/// A header value that is never shown (in a `Debug` of the request, say).
+fn sensitive(value: String) -> Result<HeaderValue, reqwest::header::InvalidHeaderValue> {
+    let mut value = HeaderValue::try_from(value)?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 /// What one try of a request came to, when it does not end the request.
@@ -264,24 +333,6 @@ enum Tried {
         error: String,
         retry_after: Option<Duration>,
     },
-}
-
-/// The body, read chunk by chunk, refused past [`MOST_BODY_BYTES`].
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, Unread> {
-    if response
-        .content_length()
-        .is_some_and(|length| length > MOST_BODY_BYTES as u64)
-    {
-        return Err(Unread::TooLarge);
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(Unread::Failed)? {
-        if body.len() + chunk.len() > MOST_BODY_BYTES {
-            return Err(Unread::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 fn is_loopback(url: &Url) -> bool {
@@ -305,80 +356,5 @@ fn backoff(attempt: u32, salt: u64) -> Duration {
     base.mul_f64(1.0 + 0.2 * jitter)
 }
 
-/// A `Retry-After` in seconds, bounded (a provider cannot park a sweep).
-fn retry_after(value: Option<&HeaderValue>) -> Option<Duration> {
-    let seconds: u64 = value?.to_str().ok()?.trim().parse().ok()?;
-    Some(Duration::from_secs(seconds.min(LONGEST_BACKOFF.as_secs())))
-}
-
-/// The provider's own error message (`{"error": {"message": ...}}`, or
-/// Razorpay's `{"error": {"description": ...}}`), bounded.
-fn error_message(body: &[u8]) -> String {
-    let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-    let message = value
-        .pointer("/error/message")
-        .or_else(|| value.pointer("/error/description"))
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("no error message");
-    telemetry::bounded(message).into_owned()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api(base: &str) -> anyhow::Result<Api> {
-        Api::new(
-            "stripe",
-            base,
-            &Auth::Bearer("sk_test_x".into()),
-            20,
-            "check it",
-        )
-    }
-
-    #[test]
-    fn the_key_travels_over_https_or_to_a_loopback_address_only() {
-        assert!(api("https://api.stripe.com").is_ok());
-        assert!(api("http://127.0.0.1:4000").is_ok());
-        assert!(api("http://[::1]:4000").is_ok());
-        // A name could resolve anywhere: only a literal loopback address.
-        assert!(api("http://localhost:4000").is_err());
-        for refused in [
-            "http://api.stripe.com",
-            "http://10.0.0.1",
-            "ftp://x",
-            "not a url",
-        ] {
-            assert!(api(refused).is_err(), "{refused}");
-        }
-    }
-
-    #[test]
-    fn backoff_doubles_within_its_jitter_and_is_capped() {
-        for attempt in 1..=10 {
-            let wait = backoff(attempt, 7).as_secs_f64();
-            let base = (0.5 * f64::from(1u32 << (attempt - 1))).min(30.0);
-            assert!(
-                wait >= base * 0.8 - 1e-9 && wait <= base * 1.2 + 1e-9,
-                "{attempt}: {wait}"
-            );
-        }
-        let header = HeaderValue::from_static("3600");
-        assert_eq!(retry_after(Some(&header)), Some(LONGEST_BACKOFF));
-        assert_eq!(
-            retry_after(Some(&HeaderValue::from_static("2"))),
-            Some(Duration::from_secs(2))
-        );
-        assert_eq!(retry_after(Some(&HeaderValue::from_static("soon"))), None);
-    }
-
-    #[test]
-    fn the_providers_message_is_kept_and_bounded() {
-        let body = br#"{"error":{"type":"invalid_request_error","message":"No such event"}}"#;
-        assert_eq!(error_message(body), "No such event");
-        let body = br#"{"error":{"code":"BAD_REQUEST_ERROR","description":"bad from"}}"#;
-        assert_eq!(error_message(body), "bad from");
-        assert_eq!(error_message(b"<html>"), "no error message");
-    }
-}
+mod tests;
