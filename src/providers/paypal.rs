@@ -14,9 +14,18 @@ use serde_json::Value;
 
 use super::{Event, Kind, SignatureError, Via, is_identifier, is_unix_time, parse_object};
 
-pub use verify::{AUTH_ALGO, PaypalSettings, PaypalVerifier};
+pub use verify::{PaypalSettings, PaypalVerifier, SIGNING_ALGO};
 
 pub const PROVIDER: &str = "paypal";
+
+/// The headers of a PayPal delivery.
+pub mod header {
+    pub const TRANSMISSION_ID: &str = "paypal-transmission-id";
+    pub const TRANSMISSION_TIME: &str = "paypal-transmission-time";
+    pub const TRANSMISSION_SIG: &str = "paypal-transmission-sig";
+    pub const CERT_URL: &str = "paypal-cert-url";
+    pub const AUTH_ALGO: &str = "paypal-auth-algo";
+}
 
 /// What PayPal signs for a delivery:
 /// `{transmission_id}|{transmission_time}|{webhook_id}|{crc32}`, where

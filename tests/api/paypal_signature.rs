@@ -763,3 +763,53 @@ async fn a_certificate_directory_others_may_write_is_refused() {
     let mode = std::fs::metadata(&created).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "created for its owner alone: {mode:o}");
 }
+
+/// `webhookd send paypal` signs a sample that the service verifies and
+/// applies: a capture credits its user, and its refund debits them.
+#[sqlx::test]
+async fn send_paypal_signs_deliveries_that_the_service_applies(pool: PgPool) {
+    use webhookd::cli::send::SendArgs;
+    use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
+    use webhookd::config::Secrets;
+
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/paypal");
+    let dir = temp_dir("paypal-send");
+    std::fs::copy(
+        fixtures.join("CERT-webhookd-test.pem"),
+        dir.join("CERT-webhookd-test.pem"),
+    )
+    .unwrap();
+    let app = spawn_app_with(pool, Clock::System, move |settings| {
+        settings.paypal.paypal_webhook_id = "WH-SEND-1".into();
+        settings.paypal.paypal_cert_dir = Some(dir);
+    })
+    .await;
+    let send = |event_type: &str, amount: &str| SendArgs {
+        provider: "paypal".into(),
+        event_type: event_type.into(),
+        user: "user_sent_pp".into(),
+        amount: Some(amount.into()),
+        currency: Some("USD".into()),
+        payment: Some("2GG279541U471931S".into()),
+        url: app.address.clone(),
+        stripe_webhook_secret: Secrets::default(),
+        razorpay_webhook_secret: Secrets::default(),
+        paypal: PaypalSendArgs {
+            paypal_key: Some(fixtures.join("test-only-signing-key.pem")),
+            paypal_cert_url: DEFAULT_CERT_URL.into(),
+            paypal_webhook_id: Some("WH-SEND-1".into()),
+        },
+    };
+    let mut out = Vec::new();
+    webhookd::cli::send::run(&send("PAYMENT.CAPTURE.COMPLETED", "30.00"), &mut out)
+        .await
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains(r#""outcome":"processed""#), "{out}");
+    assert_eq!(app.balance("user_sent_pp", "USD").await, Some(3000));
+    webhookd::cli::send::run(&send("PAYMENT.CAPTURE.REFUNDED", "10.00"), &mut Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(app.balance("user_sent_pp", "USD").await, Some(2000));
+    app.assert_consistent().await;
+}

@@ -25,12 +25,9 @@ use crate::providers::paypal::signed_message;
 pub const DEFAULT_CERT_URL: &str =
     "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-webhookd-test";
 
-/// The headers of a PayPal delivery.
-pub const TRANSMISSION_ID: &str = "paypal-transmission-id";
-pub const TRANSMISSION_TIME: &str = "paypal-transmission-time";
-pub const TRANSMISSION_SIG: &str = "paypal-transmission-sig";
-pub const CERT_URL: &str = "paypal-cert-url";
-pub const AUTH_ALGO: &str = "paypal-auth-algo";
+pub use crate::providers::paypal::header::{
+    AUTH_ALGO, CERT_URL, TRANSMISSION_ID, TRANSMISSION_SIG, TRANSMISSION_TIME,
+};
 
 /// Links in samples point at the sandbox, like the default certificate.
 const API: &str = "https://api.sandbox.paypal.com";
@@ -92,7 +89,7 @@ pub fn delivery(
             base64::engine::general_purpose::STANDARD.encode(signature),
         ),
         (CERT_URL, paypal.paypal_cert_url.clone()),
-        (AUTH_ALGO, "SHA256withRSA".to_owned()),
+        (AUTH_ALGO, crate::providers::paypal::SIGNING_ALGO.to_owned()),
     ];
     Ok((body, headers))
 }

@@ -10,14 +10,14 @@ use futures_util::future::BoxFuture;
 use http::HeaderMap;
 
 use super::certs::{CertRef, CertSettings, Env, Store};
-use super::{parse_event, parse_time, signed_message};
+use super::{header, parse_event, parse_time, signed_message};
 use crate::providers::{
     SignatureError, VerifiedEvent, Verify, check_tolerance, is_identifier, required_header,
     verified,
 };
 
 /// The only algorithm PayPal signs with.
-pub const AUTH_ALGO: &str = "SHA256withRSA";
+pub const SIGNING_ALGO: &str = "SHA256withRSA";
 
 /// What the PayPal verifier needs.
 #[derive(Debug, Clone)]
@@ -86,18 +86,18 @@ struct Transmission<'h> {
 impl<'h> Transmission<'h> {
     fn parse(headers: &'h HeaderMap) -> Result<Self, SignatureError> {
         let malformed = SignatureError::MalformedHeader;
-        let algo = single(headers, "paypal-auth-algo", "PAYPAL-AUTH-ALGO")?;
-        if algo != AUTH_ALGO {
+        let algo = single(headers, header::AUTH_ALGO, "PAYPAL-AUTH-ALGO")?;
+        if algo != SIGNING_ALGO {
             return Err(SignatureError::NoSupportedSignature);
         }
-        let id = single(headers, "paypal-transmission-id", "PAYPAL-TRANSMISSION-ID")?;
+        let id = single(headers, header::TRANSMISSION_ID, "PAYPAL-TRANSMISSION-ID")?;
         // It is a field of the signed message, so it cannot hold the separator.
         if !is_identifier(id) || id.contains('|') {
             return Err(malformed("PAYPAL-TRANSMISSION-ID is not an identifier"));
         }
         let time = single(
             headers,
-            "paypal-transmission-time",
+            header::TRANSMISSION_TIME,
             "PAYPAL-TRANSMISSION-TIME",
         )?;
         let unix = Some(time)
@@ -106,17 +106,13 @@ impl<'h> Transmission<'h> {
             .ok_or(malformed(
                 "PAYPAL-TRANSMISSION-TIME is not an RFC 3339 UTC time",
             ))?;
-        let signature = single(
-            headers,
-            "paypal-transmission-sig",
-            "PAYPAL-TRANSMISSION-SIG",
-        )?;
+        let signature = single(headers, header::TRANSMISSION_SIG, "PAYPAL-TRANSMISSION-SIG")?;
         let signature = base64::engine::general_purpose::STANDARD
             .decode(signature)
             .ok()
             .filter(|sig| (1..=1024).contains(&sig.len()))
             .ok_or(malformed("PAYPAL-TRANSMISSION-SIG is not base64"))?;
-        let cert = CertRef::parse(single(headers, "paypal-cert-url", "PAYPAL-CERT-URL")?)?;
+        let cert = CertRef::parse(single(headers, header::CERT_URL, "PAYPAL-CERT-URL")?)?;
         Ok(Transmission {
             id,
             time,
