@@ -70,6 +70,9 @@ fn verifiers() -> Vec<(Box<dyn Verify>, &'static [&'static str])> {
     ]
 }
 
+/// The fuzz clock of PayPal's verifier: inside the test certificate's validity.
+const PAYPAL_NOW: i64 = crate::paypal_certs::NOW;
+
 /// PayPal's verifier, with the test certificate pinned as `CERT-fuzz`, and
 /// a runtime for its certificate loading.
 fn paypal() -> &'static (tokio::runtime::Runtime, PaypalVerifier) {
@@ -103,9 +106,13 @@ fn paypal() -> &'static (tokio::runtime::Runtime, PaypalVerifier) {
 fn paypal_header(name: &'static str) -> BoxedStrategy<Vec<u8>> {
     let shaped = match name {
         "paypal-transmission-id" => "[0-9a-f-]{0,40}".boxed(),
-        "paypal-transmission-time" => {
-            "20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,3})?Z?".boxed()
-        }
+        // Mostly within the tolerance of the fuzz clock, so that the
+        // certificate and the signature are reached.
+        "paypal-transmission-time" => prop_oneof![
+            3 => (-400_i64..400).prop_map(|offset| crate::paypal_certs::rfc3339(PAYPAL_NOW + offset)),
+            1 => "20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,3})?Z?",
+        ]
+        .boxed(),
         "paypal-transmission-sig" => "[A-Za-z0-9+/=]{0,400}".boxed(),
         "paypal-cert-url" => prop_oneof![
             Just("https://api.paypal.com/v1/notifications/certs/CERT-fuzz".to_owned()),
@@ -207,7 +214,7 @@ proptest! {
             paypal_header("paypal-auth-algo"),
         ),
         body in body(),
-        now in prop_oneof![Just(1_811_808_000_i64), any::<i64>()],
+        now in prop_oneof![4 => Just(PAYPAL_NOW), 1 => any::<i64>()],
     ) {
         let (runtime, verifier) = paypal();
         let names = [
