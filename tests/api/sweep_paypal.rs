@@ -1,7 +1,6 @@
 //! `webhookd sweep paypal` and `webhookd import paypal` against a fake of
-//! PayPal's REST API over real HTTP, asserted in `processed_events`. Until
-//! PayPal's effects land, its events apply as `ignored`: these tests check
-//! what was recorded, how and when, not wallets.
+//! PayPal's REST API over real HTTP, asserted in `processed_events` and in
+//! the wallets and subscriptions the recovered events apply to.
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -97,10 +96,9 @@ pub async fn recorded(app: &TestApp, event_id: &str) -> (String, String) {
         .unwrap()
 }
 
-/// Recorded now and applied: `processed`, or `ignored` while PayPal's
-/// effects are not written.
+/// Recorded now and applied.
 pub fn applied(outcome: &str) -> bool {
-    matches!(outcome, "processed" | "ignored")
+    outcome == "processed"
 }
 
 /// `(listed, recovered, already_seen, skipped)` of a sweep's line.
@@ -159,6 +157,15 @@ async fn a_paypal_sweep_recovers_what_was_never_delivered_and_late_webhooks_are_
             "{id}: {outcome} via {via}"
         );
     }
+    // The delivered capture, the recovered one, less the recovered refund.
+    assert_eq!(app.balance("user_1", "USD").await, Some(1000 + 1000 - 400));
+    let status: String = sqlx::query_scalar(
+        "select status from subscriptions where provider = 'paypal' and subscription_id = 'I-SUB3'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(status, "active");
 
     // One token bought with the client credentials, then the listing.
     let requests = fake.requests();
