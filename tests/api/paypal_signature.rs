@@ -130,7 +130,7 @@ async fn recorded(pool: &PgPool) -> Vec<(String, String, String)> {
 
 #[sqlx::test]
 async fn a_signed_delivery_is_recorded_once_however_many_copies_arrive(pool: PgPool) {
-    let dir = cert_dir(&[(LIVE_ID, "live.pem")]);
+    let dir = cert_dir(&[(LIVE_ID, "live.pem"), ("CERT-sandbox", "sandbox.pem")]);
     let app = paypal_app(pool, &dir).await;
     let body = capture_completed(
         "WH-2WR32451HC0233532-67976317FL4543714",
@@ -158,6 +158,20 @@ async fn a_signed_delivery_is_recorded_once_however_many_copies_arrive(pool: PgP
         .await;
     assert_eq!(answer.status(), StatusCode::OK);
     assert_eq!(recorded(&app.pool).await.len(), 2);
+    // A sandbox delivery, signed by the sandbox's certificate.
+    let body = capture_completed("WH-SANDBOX", "6GG279541U471931P", "user_pp", "2.00");
+    let sandbox = Signed {
+        cert_url: "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-sandbox".into(),
+        key: "sandbox.key".into(),
+        ..Signed::default()
+    };
+    let answer = app
+        .post_to("paypal", body.clone().into_bytes(), &sandbox.headers(&body))
+        .await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(recorded(&app.pool).await.len(), 3);
+    // The captures credited their user: 30.00 + 1.00 + 2.00 USD.
+    assert_eq!(app.balance("user_pp", "USD").await, Some(3300));
     app.assert_consistent().await;
 }
 
