@@ -4,7 +4,8 @@
 //!   cargo bench --bench verify
 //!
 //! `verify` is the whole check a request pays (header parsing, HMAC-SHA256
-//! over the raw body, timestamp, envelope parsing); `parse` is the envelope
+//! over the raw body, or for PayPal CRC-32 and RSA with a loaded
+//! certificate, timestamp, envelope parsing); `parse` is the envelope
 //! alone; `credit` reads the plain credit out of a parsed event.
 
 use bytes::Bytes;
@@ -115,6 +116,96 @@ fn verify_standard_webhooks(bencher: Bencher, size: usize) {
     bencher
         .counter(BytesCount::new(body.len()))
         .bench(|| verifier.verify(&headers, &body, NOW).expect("verified"));
+}
+
+/// PayPal's check once its certificate is loaded (the first delivery of a
+/// certificate pays its fetch or file read once): CRC-32 of the body and an
+/// RSA-2048 PKCS#1 v1.5 SHA-256 verification, then the envelope.
+#[divan::bench(args = SIZES)]
+fn verify_paypal(bencher: Bencher, size: usize) {
+    use rustls_pki_types::PrivatePkcs8KeyDer;
+    use rustls_pki_types::pem::PemObject;
+    use webhookd::providers::paypal::certs::{CertSettings, Env};
+    use webhookd::providers::paypal::{self, PaypalSettings, PaypalVerifier, header as h};
+
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/paypal");
+    let dir = std::env::temp_dir().join(format!("webhookd-bench-paypal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    std::fs::copy(fixtures.join("live.pem"), dir.join("CERT-bench.pem"))
+        .expect("the test certificate");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let verifier = runtime.block_on(async {
+        PaypalVerifier::new(&PaypalSettings {
+            webhook_ids: vec!["WH-BENCH".into()],
+            tolerance_secs: 300,
+            environments: vec![Env::Live],
+            certs: CertSettings {
+                dir: Some(dir.clone()),
+                ..CertSettings::default()
+            },
+        })
+        .expect("a verifier")
+    });
+    let body = paypal_body(size);
+    let time = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW as u64),
+    )
+    .to_string();
+    let message = paypal::signed_message("bench-1", &time, "WH-BENCH", &body);
+    let key = std::fs::read(fixtures.join("live.key")).expect("the test key");
+    let key = PrivatePkcs8KeyDer::from_pem_slice(&key).expect("a PKCS#8 key");
+    let pair = ring::signature::RsaKeyPair::from_pkcs8(key.secret_pkcs8_der()).expect("an RSA key");
+    let mut signature = vec![0; pair.public().modulus_len()];
+    pair.sign(
+        &ring::signature::RSA_PKCS1_SHA256,
+        &ring::rand::SystemRandom::new(),
+        message.as_bytes(),
+        &mut signature,
+    )
+    .expect("signed");
+    use base64::Engine;
+    let mut headers = HeaderMap::new();
+    header(&mut headers, h::TRANSMISSION_ID, "bench-1");
+    header(&mut headers, h::TRANSMISSION_TIME, &time);
+    header(
+        &mut headers,
+        h::TRANSMISSION_SIG,
+        &base64::engine::general_purpose::STANDARD.encode(signature),
+    );
+    header(
+        &mut headers,
+        h::CERT_URL,
+        "https://api.paypal.com/v1/notifications/certs/CERT-bench",
+    );
+    header(&mut headers, h::AUTH_ALGO, paypal::SIGNING_ALGO);
+    runtime
+        .block_on(verifier.prepare(&headers, NOW))
+        .expect("the certificate loads");
+    bencher
+        .counter(BytesCount::new(body.len()))
+        .bench(|| verifier.verify(&headers, &body, NOW).expect("verified"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A `PAYMENT.CAPTURE.COMPLETED` of about `size` bytes.
+fn paypal_body(size: usize) -> Bytes {
+    let body = |padding: &str| {
+        json!({
+            "id": "WH-BENCH-1", "event_version": "1.0", "create_time": "2027-01-15T08:00:00Z",
+            "resource_type": "capture", "event_type": "PAYMENT.CAPTURE.COMPLETED",
+            "summary": padding,
+            "resource": {
+                "id": "2GG279541U471931P", "status": "COMPLETED", "custom_id": "user_bench",
+                "amount": { "currency_code": "USD", "value": "15.00" },
+            },
+        })
+        .to_string()
+    };
+    let base = body("").len();
+    Bytes::from(body(&"x".repeat(size.saturating_sub(base))))
 }
 
 #[divan::bench(args = SIZES)]
