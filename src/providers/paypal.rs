@@ -36,7 +36,21 @@ pub fn signed_message(
     webhook_id: &str,
     body: &[u8],
 ) -> String {
-    let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(body);
+    message(transmission_id, transmission_time, webhook_id, crc32(body))
+}
+
+/// The CRC-32 (IEEE) of `body`.
+pub(crate) fn crc32(body: &[u8]) -> u32 {
+    crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(body)
+}
+
+/// [`signed_message`] with the body's CRC-32 already computed.
+pub(crate) fn message(
+    transmission_id: &str,
+    transmission_time: &str,
+    webhook_id: &str,
+    crc: u32,
+) -> String {
     format!("{transmission_id}|{transmission_time}|{webhook_id}|{crc}")
 }
 

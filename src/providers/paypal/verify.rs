@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use http::HeaderMap;
 
 use super::certs::{CertRef, CertSettings, Env, Store};
-use super::{header, parse_event, parse_time, signed_message};
+use super::{crc32, header, message, parse_event, parse_time};
 use crate::providers::{
     SignatureError, VerifiedEvent, Verify, check_tolerance, is_identifier, required_header,
     verified,
@@ -191,9 +191,10 @@ impl Verify for PaypalVerifier {
         }
         // Every id is tried, whichever matches, as the HMAC schemes try
         // every secret.
+        let crc = crc32(body);
         let mut matched = false;
         for webhook_id in &self.webhook_ids {
-            let message = signed_message(transmission.id, transmission.time, webhook_id, body);
+            let message = message(transmission.id, transmission.time, webhook_id, crc);
             matched |= cert.verifies(message.as_bytes(), &transmission.signature);
         }
         if !matched {
