@@ -76,6 +76,7 @@ impl SignatureError {
             SignatureError::TimestampOutsideTolerance => "stale",
             SignatureError::InvalidPayload(_) => "invalid_payload",
             SignatureError::KeyUnavailable => "key_unavailable",
+            SignatureError::InvalidCertificate(_) => "invalid_certificate",
             _ => "invalid_signature",
         }
     }

@@ -270,6 +270,20 @@ async fn every_forgery_is_refused_and_writes_nothing(pool: PgPool) {
         assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{what}");
     }
     assert!(recorded(&app.pool).await.is_empty());
+    // Counted apart: untrusted certificates, bad signatures, stale times.
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.address))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for outcome in ["invalid_certificate", "invalid_signature", "stale"] {
+        let series = format!(r#"provider="paypal",outcome="{outcome}""#);
+        assert!(metrics.contains(&series), "{series} in\n{metrics}");
+    }
     app.assert_consistent().await;
 }
 
