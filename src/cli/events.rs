@@ -100,11 +100,12 @@ async fn replay(
         id(provider),
         id(event_id)
     );
-    let event = providers::Event::from_stored(
+    let event = providers::Event::from_stored_at(
         &stored.provider,
         &stored.event_id,
         &stored.event_type,
         stored.payload.into(),
+        stored.provider_created_at.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("the stored payload cannot be replayed: {e}"))?;
     let replayed = ingest::replay(pool, &event, &stored.outcome).await?;

@@ -196,10 +196,26 @@ impl Event {
         event_type: &str,
         payload: Bytes,
     ) -> Result<Event, SignatureError> {
+        Event::from_stored_at(provider, event_id, event_type, payload, None)
+    }
+
+    /// [`Event::from_stored`], with the event time stored beside the row
+    /// (`provider_created_at`, RFC 3339): the time of a PayPal event whose
+    /// envelope carries no usable one, as its delivery's transmission time
+    /// was, so that a replay orders it as its delivery did.
+    pub fn from_stored_at(
+        provider: &str,
+        event_id: &str,
+        event_type: &str,
+        payload: Bytes,
+        recorded_at: Option<&str>,
+    ) -> Result<Event, SignatureError> {
         match provider {
             stripe::PROVIDER => stripe::parse_event(&payload),
             razorpay::PROVIDER => razorpay::parse_event(&payload, Some(event_id)),
-            paypal::PROVIDER => paypal::parse_event(&payload, None),
+            paypal::PROVIDER => {
+                paypal::parse_event(&payload, recorded_at.and_then(paypal::parse_time))
+            }
             source => source_event(
                 &Arc::from(source),
                 event_id.to_owned(),

@@ -841,3 +841,44 @@ async fn send_paypal_signs_deliveries_that_the_service_applies(pool: PgPool) {
     assert_eq!(app.balance("user_sent_pp", "USD").await, Some(2000));
     app.assert_consistent().await;
 }
+
+/// A PayPal event without a usable time of its own is ordered by its
+/// delivery's transmission time, stored with it: a replay orders it the
+/// same, rather than refusing it for having no time.
+#[sqlx::test]
+async fn a_replay_keeps_the_transmission_time_of_an_event_without_one(pool: PgPool) {
+    let dir = cert_dir(&[(LIVE_ID, "live.pem")]);
+    let app = paypal_app(pool.clone(), &dir).await;
+    let body = serde_json::json!({
+        "id": "WH-NO-TIME", "event_version": "1.0", "create_time": "2018-19-12T22:20:32.000Z",
+        "resource_type": "subscription", "event_type": "BILLING.SUBSCRIPTION.ACTIVATED",
+        "resource": {
+            "id": "I-NOTIME", "plan_id": "P-1", "status": "ACTIVE", "custom_id": "user_pp",
+            "update_time": "not a time", "subscriber": { "payer_id": "PAYER1" }
+        }
+    })
+    .to_string();
+    let answer = app
+        .post_to(
+            "paypal",
+            body.clone().into_bytes(),
+            &Signed::default().headers(&body),
+        )
+        .await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(recorded(&pool).await[0].1, "processed");
+    let replay = webhookd::cli::events::EventsCommand::Replay {
+        provider: "paypal".into(),
+        event_id: "WH-NO-TIME".into(),
+    };
+    let mut out = Vec::new();
+    webhookd::cli::events::run(&pool, &replay, &mut out)
+        .await
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(!out.contains("rejected"), "{out}");
+    assert!(
+        out.contains("stored outcome unchanged (processed)"),
+        "{out}"
+    );
+}
