@@ -25,7 +25,15 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
     if let Err(error) = database_options(database) {
         problems.push(error.to_string());
     }
-    if let Err(error) = Providers::from_settings(&providers_settings(settings)) {
+    // Built to check every key, without creating PayPal's certificate
+    // directory: that is checked read-only, and created when serving.
+    let mut checked = providers_settings(settings);
+    if let Some(dir) = checked.paypal.as_mut().and_then(|p| p.certs.dir.take())
+        && let Err(error) = providers::paypal::certs::check_dir(&dir)
+    {
+        problems.push(format!("{error:#}"));
+    }
+    if let Err(error) = Providers::from_settings(&checked) {
         problems.push(format!("{error:#}"));
     }
     problems.extend(paypal_problems(settings));
@@ -227,6 +235,30 @@ mod tests {
         settings.paypal.paypal_webhook_id = "8PT597110X687430LKGECATA".into();
         settings.paypal.paypal_cert_timeout = Duration::from_secs(5);
         assert!(paypal_problems(&settings).is_empty());
+    }
+
+    #[test]
+    fn validation_creates_no_certificate_directory_and_refuses_an_open_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let database = DatabaseSettings {
+            database_url: Some("postgres://localhost/webhookd".to_owned().into()),
+            db_max_connections: 4,
+            db_acquire_timeout: Duration::from_secs(1),
+            db_statement_timeout: Duration::from_secs(1),
+        };
+        let base = std::env::temp_dir().join(format!("webhookd-validate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let mut settings = ServeSettings::default();
+        settings.paypal.paypal_webhook_id = "8PT597110X687430LKGECATA".into();
+        settings.paypal.paypal_cert_dir = Some(base.join("certs"));
+        validate(&settings, &database).unwrap();
+        assert!(!base.exists(), "validation wrote nothing");
+        std::fs::create_dir_all(base.join("certs")).unwrap();
+        std::fs::set_permissions(base.join("certs"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let error = validate(&settings, &database).unwrap_err().to_string();
+        assert!(error.contains("writable by others"), "{error}");
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

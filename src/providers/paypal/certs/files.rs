@@ -8,22 +8,33 @@ use std::path::{Path, PathBuf};
 use super::{CertRef, MAX_PEM_BYTES};
 use crate::providers::SignatureError;
 
-/// Creates `dir` (owner only) when missing. A directory others may write
-/// is refused: a certificate placed there is trusted without a chain, so
-/// whoever can write it can sign deliveries.
+/// Creates `dir` (owner only) when missing, then [`check`]s it.
 pub(super) fn prepare(dir: &Path) -> anyhow::Result<()> {
-    let shown = dir.display();
     if !dir.exists() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
             .map_err(|e| {
-                anyhow::anyhow!("WEBHOOKD_PAYPAL_CERT_DIR {shown} cannot be created: {e}")
+                anyhow::anyhow!(
+                    "WEBHOOKD_PAYPAL_CERT_DIR {} cannot be created: {e}",
+                    dir.display()
+                )
             })?;
     }
-    let metadata = std::fs::metadata(dir)
-        .map_err(|e| anyhow::anyhow!("WEBHOOKD_PAYPAL_CERT_DIR {shown} cannot be read: {e}"))?;
+    check(dir)
+}
+
+/// A directory others may write is refused: a certificate placed there is
+/// trusted without a chain, so whoever can write it can sign deliveries.
+/// A directory that does not exist yet passes (it is created owner-only).
+pub fn check(dir: &Path) -> anyhow::Result<()> {
+    let shown = dir.display();
+    let metadata = match std::fs::metadata(dir) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => anyhow::bail!("WEBHOOKD_PAYPAL_CERT_DIR {shown} cannot be read: {e}"),
+    };
     anyhow::ensure!(
         metadata.is_dir(),
         "WEBHOOKD_PAYPAL_CERT_DIR {shown} is not a directory"

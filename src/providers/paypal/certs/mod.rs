@@ -15,6 +15,8 @@
 mod fetch;
 mod files;
 
+pub use files::check as check_dir;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
