@@ -72,7 +72,8 @@ fn paypal_problems(settings: &ServeSettings) -> Vec<String> {
         ));
     }
     let timeout = settings.paypal.paypal_cert_timeout;
-    if timeout.is_zero() || timeout >= settings.request_timeout {
+    let mounted = !settings.paypal.webhook_ids().is_empty();
+    if mounted && (timeout.is_zero() || timeout >= settings.request_timeout) {
         problems.push(
             "WEBHOOKD_PAYPAL_CERT_TIMEOUT must be above zero and below WEBHOOKD_REQUEST_TIMEOUT"
                 .to_owned(),
@@ -234,6 +235,10 @@ mod tests {
         );
         settings.paypal.paypal_webhook_id = "8PT597110X687430LKGECATA".into();
         settings.paypal.paypal_cert_timeout = Duration::from_secs(5);
+        assert!(paypal_problems(&settings).is_empty());
+        // Not mounted: its timeout does not matter.
+        settings.paypal.paypal_webhook_id = String::new();
+        settings.paypal.paypal_cert_timeout = Duration::ZERO;
         assert!(paypal_problems(&settings).is_empty());
     }
 

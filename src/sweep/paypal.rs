@@ -39,6 +39,11 @@ pub const UNAUTHORIZED_HINT: &str = "check PAYPAL_CLIENT_ID and PAYPAL_CLIENT_SE
 /// Events a page. PayPal documents a default of 10 and no maximum.
 pub const PAGE_SIZE: u32 = 100;
 
+/// Most pages one slice may take: as many as the most events a slice can
+/// hold fill, and a few more. Pages past them (empty ones that never end)
+/// are an error.
+const MAX_PAGES_PER_SLICE: usize = listing::SLICE_EVENTS * 20 / PAGE_SIZE as usize + 10;
+
 /// Requests a second to PayPal's API.
 pub const RATE: u32 = 10;
 
@@ -125,12 +130,24 @@ impl EventsApi for Paypal {
         summary: &mut Summary,
     ) -> Result<Option<Vec<Listed>>, ApiFailure> {
         let mut listed: Vec<Listed> = Vec::new();
-        let mut query = vec![
+        let window = vec![
             ("page_size".to_owned(), PAGE_SIZE.to_string()),
             ("start_time".to_owned(), rfc3339(from)),
             ("end_time".to_owned(), rfc3339(to)),
         ];
+        let mut query = window.clone();
+        // Every page asked for, so that links that go round in a circle,
+        // or pages that never end, stop the sweep instead of looping.
+        let mut asked: std::collections::HashSet<Vec<(String, String)>> = Default::default();
         loop {
+            if !asked.insert(query.clone()) {
+                return Err(malformed("a next link to a page already read".into()));
+            }
+            if asked.len() > MAX_PAGES_PER_SLICE {
+                return Err(malformed(format!(
+                    "more than {MAX_PAGES_PER_SLICE} pages for one slice"
+                )));
+            }
             let pairs: Vec<(&str, String)> =
                 query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
             let body = api.get(LIST_PATH, &pairs).await?;
@@ -145,10 +162,7 @@ impl EventsApi for Paypal {
             let Some(next) = page.links.iter().find(|link| link.rel == "next") else {
                 return Ok(Some(listed));
             };
-            let next = next_query(api.base(), &next.href)?;
-            if next == query {
-                return Err(malformed("a next link to the page just read".into()));
-            }
+            let next = next_query(api.base(), &next.href, &window)?;
             if listing::split(listed.len(), (from, to), PROVIDER)? {
                 return Ok(None);
             }
@@ -208,8 +222,14 @@ fn listed_in(raw: &RawValue, (from, to): (i64, i64)) -> Result<Option<Listed>, A
 }
 
 /// The query of a `next` link, which must name the listing on the API
-/// base's host or one of PayPal's own.
-fn next_query(base: &Url, href: &str) -> Result<Vec<(String, String)>, ApiFailure> {
+/// base's host or one of PayPal's own: its paging parameters, with our own
+/// `window` (page size and times) in place of the link's, so that a link
+/// cannot widen or move the window.
+fn next_query(
+    base: &Url,
+    href: &str,
+    window: &[(String, String)],
+) -> Result<Vec<(String, String)>, ApiFailure> {
     let link = Url::parse(href).map_err(|_| malformed("a next link that is not a URL".into()))?;
     let on_base = link.scheme() == base.scheme()
         && link.host_str() == base.host_str()
@@ -226,7 +246,13 @@ fn next_query(base: &Url, href: &str) -> Result<Vec<(String, String)>, ApiFailur
             "a next link to another path than the listing".into(),
         ));
     }
-    Ok(link.query_pairs().into_owned().collect())
+    let mut query = window.to_vec();
+    query.extend(
+        link.query_pairs()
+            .into_owned()
+            .filter(|(key, _)| !window.iter().any(|(ours, _)| ours == key)),
+    );
+    Ok(query)
 }
 
 fn malformed(what: String) -> ApiFailure {
@@ -246,14 +272,24 @@ mod tests {
     #[test]
     fn next_links_must_name_the_listing_on_the_base_or_paypal() {
         let base = Url::parse("https://api-m.paypal.com").unwrap();
-        let ok = "https://api.paypal.com/v1/notifications/webhooks-events?page_size=100&next_page_token=abc";
-        let query = next_query(&base, ok).unwrap();
-        assert_eq!(query[1], ("next_page_token".into(), "abc".into()));
+        let window = vec![
+            ("page_size".to_owned(), "100".to_owned()),
+            ("start_time".to_owned(), "2026-12-01T00:00:00Z".to_owned()),
+            ("end_time".to_owned(), "2026-12-01T01:00:00Z".to_owned()),
+        ];
+        // The link's paging token, with our own window: a link that tries
+        // to widen it is held to ours.
+        let ok = "https://api.paypal.com/v1/notifications/webhooks-events?page_size=300&start_time=2000-01-01T00:00:00Z&next_page_token=abc";
+        let query = next_query(&base, ok, &window).unwrap();
+        let mut expected = window.clone();
+        expected.push(("next_page_token".into(), "abc".into()));
+        assert_eq!(query, expected);
         let fake = Url::parse("http://127.0.0.1:4000").unwrap();
         assert!(
             next_query(
                 &fake,
-                "http://127.0.0.1:4000/v1/notifications/webhooks-events?a=1"
+                "http://127.0.0.1:4000/v1/notifications/webhooks-events?a=1",
+                &window
             )
             .is_ok()
         );
@@ -264,7 +300,7 @@ mod tests {
             "https://api.paypal.com/v1/oauth2/token",
             "/v1/notifications/webhooks-events",
         ] {
-            assert!(next_query(&fake, hostile).is_err(), "{hostile}");
+            assert!(next_query(&fake, hostile, &window).is_err(), "{hostile}");
         }
     }
 

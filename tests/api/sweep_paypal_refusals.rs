@@ -135,7 +135,7 @@ async fn hostile_paypal_next_links_are_refused_before_anything_is_applied(pool: 
 
     fake.set_next(Next::Stale);
     let error = format!("{:#}", sweep(&app, &fake, false).await.unwrap_err());
-    assert!(error.contains("the page just read"), "{error}");
+    assert!(error.contains("a page already read"), "{error}");
     assert_eq!(fake.listings().len(), 2, "never taken for the end");
     assert_eq!(paypal_rows(&app.pool).await, 0);
 

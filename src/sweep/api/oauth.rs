@@ -94,7 +94,12 @@ impl Api {
         }
         let bearer = sensitive(format!("Bearer {}", granted.access_token))
             .map_err(|_| malformed("not a header value"))?;
-        let lifetime = Duration::from_secs(granted.expires_in).saturating_sub(EXPIRY_MARGIN);
+        // A lifetime the answer exaggerates is held to a day; one too short
+        // to keep is kept a minute (a 401 buys another anyway).
+        let lifetime = Duration::from_secs(granted.expires_in)
+            .min(Duration::from_secs(24 * 3600))
+            .saturating_sub(EXPIRY_MARGIN)
+            .max(Duration::from_secs(60));
         Ok(Token {
             bearer,
             until: Instant::now() + lifetime,
