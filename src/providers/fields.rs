@@ -79,6 +79,28 @@ pub(crate) fn parse_timestamp(value: &str) -> Option<i64> {
 }
 
 /// The type recorded for a verified event that names none usable.
+/// The envelope's event id (`id`) and type (field `type_field`), both
+/// identifiers, or why the body is not an event.
+pub(crate) fn id_and_type(
+    fields: &serde_json::Map<String, serde_json::Value>,
+    type_field: &str,
+) -> Result<(String, String), super::SignatureError> {
+    use serde_json::Value;
+    let event_id = match fields.get("id") {
+        Some(Value::String(id)) if is_identifier(id) => id.clone(),
+        _ => return Err(super::SignatureError::InvalidPayload("no usable event id")),
+    };
+    let event_type = match fields.get(type_field) {
+        Some(Value::String(kind)) if is_identifier(kind) => kind.clone(),
+        _ => {
+            return Err(super::SignatureError::InvalidPayload(
+                "no usable event type",
+            ));
+        }
+    };
+    Ok((event_id, event_type))
+}
+
 pub const UNKNOWN_TYPE: &str = "unknown";
 
 /// Longest event id or type we accept; the providers' own are far shorter.

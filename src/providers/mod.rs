@@ -21,8 +21,8 @@ pub mod stripe;
 
 pub use fields::{MAX_ID_LEN, UNKNOWN_TYPE, is_identifier, is_unix_time};
 pub(crate) use fields::{
-    base64_32, check_tolerance, header, identifier_header, lower_hex_32, parse_timestamp,
-    required_header,
+    base64_32, check_tolerance, header, id_and_type, identifier_header, lower_hex_32,
+    parse_timestamp, required_header,
 };
 
 pub(crate) use payload::{JsonBody, parse_object};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Event, Kind, SignatureError, Via, is_identifier, is_unix_time, parse_object};
+use super::{Event, Kind, SignatureError, Via, id_and_type, is_unix_time, parse_object};
 
 pub use verify::{PaypalSettings, PaypalVerifier, SIGNING_ALGO};
 
@@ -70,14 +70,7 @@ pub fn listed_event(raw: &Bytes) -> Result<Event, SignatureError> {
 /// delivery.
 pub(crate) fn parse_event(body: &Bytes, transmitted: Option<i64>) -> Result<Event, SignatureError> {
     let super::JsonBody { mut fields, stored } = parse_object(body)?;
-    let event_id = match fields.get("id") {
-        Some(Value::String(id)) if is_identifier(id) => id.clone(),
-        _ => return Err(SignatureError::InvalidPayload("no usable event id")),
-    };
-    let event_type = match fields.get("event_type") {
-        Some(Value::String(kind)) if is_identifier(kind) => kind.clone(),
-        _ => return Err(SignatureError::InvalidPayload("no usable event type")),
-    };
+    let (event_id, event_type) = id_and_type(&fields, "event_type")?;
     let object = fields.get_mut("resource").map_or(Value::Null, Value::take);
     let created = fields
         .get("create_time")

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{Event, VerifiedEvent, verified};
 use super::{
-    HmacSha256, Keys, Kind, SignatureError, Verify, Via, check_tolerance, is_identifier,
+    HmacSha256, Keys, Kind, SignatureError, Verify, Via, check_tolerance, id_and_type,
     is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
 };
 use crate::secrets::Secrets;
@@ -128,14 +128,7 @@ pub fn listed_event(raw: &Bytes) -> Result<Event, SignatureError> {
 /// Parses a Stripe event envelope: `id`, `type`, `created`, `data.object`.
 pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
     let super::JsonBody { mut fields, stored } = parse_object(body)?;
-    let event_id = match fields.get("id") {
-        Some(Value::String(id)) if is_identifier(id) => id.clone(),
-        _ => return Err(SignatureError::InvalidPayload("no usable event id")),
-    };
-    let event_type = match fields.get("type") {
-        Some(Value::String(kind)) if is_identifier(kind) => kind.clone(),
-        _ => return Err(SignatureError::InvalidPayload("no usable event type")),
-    };
+    let (event_id, event_type) = id_and_type(&fields, "type")?;
     let created = match fields.get("created") {
         None | Some(Value::Null) => None,
         Some(created) => Some(created.as_i64().filter(|t| is_unix_time(*t)).ok_or(
