@@ -13,12 +13,12 @@ use divan::Bencher;
 use divan::counter::BytesCount;
 use http::{HeaderMap, HeaderValue};
 use serde_json::json;
-use webhookd::config::Secrets;
 use webhookd::effects;
 use webhookd::providers::razorpay::{self, RazorpayVerifier};
 use webhookd::providers::standard::{Signer, StandardVerifier};
 use webhookd::providers::stripe::{self, StripeVerifier};
 use webhookd::providers::{self, Verify};
+use webhookd::secrets::Secrets;
 
 const STRIPE_SECRET: &str = "whsec_bench_current";
 const RAZORPAY_SECRET: &str = "rzp_bench_current";

@@ -47,3 +47,27 @@ pub fn parse_secrets(raw: &str) -> Result<Secrets, String> {
             .map(str::to_owned),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    #[test]
+    fn secrets_are_split_trimmed_and_never_printed() {
+        let secrets = parse_secrets(" whsec_old , whsec_new,,").unwrap();
+        let exposed: Vec<_> = secrets
+            .iter()
+            .map(|s| s.expose_secret().to_owned())
+            .collect();
+        assert_eq!(exposed, ["whsec_old", "whsec_new"]);
+        let shown = format!("{secrets:?}");
+        assert!(!shown.contains("whsec"), "{shown}");
+    }
+
+    #[test]
+    fn an_empty_secret_list_means_not_configured() {
+        assert!(parse_secrets("").unwrap().is_empty());
+        assert!(parse_secrets(" , ").unwrap().is_empty());
+    }
+}

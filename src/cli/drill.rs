@@ -17,8 +17,8 @@ use secrecy::ExposeSecret;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::config::{Secrets, parse_secrets};
 use crate::providers::{razorpay, stripe};
+use crate::secrets::{Secrets, parse_secrets};
 
 mod plan;
 mod verify;

@@ -15,11 +15,11 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::sync::{Notify, Semaphore, oneshot};
 use webhookd::clock::Clock;
-use webhookd::config::Secrets;
 use webhookd::outbox::retry::RetryPolicy;
 use webhookd::outbox::{Drainer, DrainerSettings};
 use webhookd::providers::Verify;
 use webhookd::providers::standard::StandardVerifier;
+use webhookd::secrets::Secrets;
 use webhookd::sinks::Sink;
 use webhookd::sinks::http::HttpSink;
 

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
-use webhookd::config::Secrets;
 use webhookd::effects;
 use webhookd::providers::github::GithubVerifier;
 use webhookd::providers::paypal::certs::{CertSettings, Env};
@@ -21,6 +20,7 @@ use webhookd::providers::shopify::ShopifyVerifier;
 use webhookd::providers::standard::StandardVerifier;
 use webhookd::providers::stripe::StripeVerifier;
 use webhookd::providers::{self, Verify};
+use webhookd::secrets::Secrets;
 
 fn cases() -> u32 {
     std::env::var("FUZZ_CASES")

@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::config::{Secrets, ServeSettings, SourceScheme, SourceSettings, parse_secrets};
+use webhookd::config::{ServeSettings, SourceScheme, SourceSettings};
 use webhookd::ledger;
 use webhookd::providers::stripe::signature_header;
+use webhookd::secrets::{Secrets, parse_secrets};
 use webhookd::startup::Application;
 
 /// The current endpoint secret, and the previous one still accepted during a rotation.

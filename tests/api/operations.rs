@@ -15,8 +15,8 @@ use webhookd::cli::prune::PruneArgs;
 use webhookd::cli::send::SendArgs;
 use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
 use webhookd::clock::Clock;
-use webhookd::config::Secrets;
 use webhookd::outbox::Drainer;
+use webhookd::secrets::Secrets;
 use webhookd::sinks::Sink;
 use webhookd::sinks::log::LogSink;
 

@@ -798,7 +798,7 @@ async fn a_certificate_directory_others_may_write_is_refused() {
 async fn send_paypal_signs_deliveries_that_the_service_applies(pool: PgPool) {
     use webhookd::cli::send::SendArgs;
     use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
-    use webhookd::config::Secrets;
+    use webhookd::secrets::Secrets;
 
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/paypal");
     let dir = temp_dir("paypal-send");

@@ -13,12 +13,12 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
-use webhookd::config::Secrets;
 use webhookd::providers::github::GithubVerifier;
 use webhookd::providers::razorpay::RazorpayVerifier;
 use webhookd::providers::shopify::ShopifyVerifier;
 use webhookd::providers::standard::{self, StandardVerifier};
 use webhookd::providers::{SignatureError, Verify};
+use webhookd::secrets::Secrets;
 
 use crate::helpers::{
     GITHUB_SECRETS, RAZORPAY_SECRETS, SHOPIFY_SECRETS, STANDARD_SECRETS, TestApp, now, spawn_app,

@@ -7,11 +7,11 @@ use proptest::prelude::*;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
-use webhookd::config::Secrets;
 use webhookd::providers::stripe::{
     SIGNATURE_HEADER, StripeVerifier, parse_header, signature_header,
 };
 use webhookd::providers::{SignatureError, Verify};
+use webhookd::secrets::Secrets;
 
 use crate::helpers::{
     OLD_SECRET, SECRET, now, payment_intent_succeeded, spawn_app, spawn_app_with,

@@ -10,8 +10,8 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::config::{Secrets, parse_secrets};
 use crate::providers::{razorpay, stripe};
+use crate::secrets::{Secrets, parse_secrets};
 
 pub mod paypal;
 
