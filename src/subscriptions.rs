@@ -5,11 +5,15 @@
 
 use sqlx::PgConnection;
 
-/// Statuses after which a subscription does not come back (as the providers spell them).
+/// Statuses after which a subscription does not come back, in any case:
+/// statuses are stored as the provider spells them (PayPal's `CANCELLED`,
+/// Stripe's `canceled`).
 pub const TERMINAL_STATUSES: [&str; 4] = ["canceled", "cancelled", "completed", "expired"];
 
 pub fn is_terminal(status: &str) -> bool {
-    TERMINAL_STATUSES.contains(&status)
+    TERMINAL_STATUSES
+        .iter()
+        .any(|terminal| terminal.eq_ignore_ascii_case(status))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +193,8 @@ mod tests {
         assert!(may_replace(100, "active", 100, "canceled"));
         assert!(may_replace(100, "canceled", 100, "canceled"));
         assert!(!may_replace(100, "canceled", 100, "active"));
+        assert!(!may_replace(100, "CANCELLED", 100, "ACTIVE"));
+        assert!(may_replace(100, "ACTIVE", 100, "EXPIRED"));
         assert!(!may_replace(100, "expired", 100, "active"));
     }
 }

@@ -165,7 +165,7 @@ async fn a_paypal_sweep_recovers_what_was_never_delivered_and_late_webhooks_are_
     .fetch_one(&app.pool)
     .await
     .unwrap();
-    assert_eq!(status, "active");
+    assert_eq!(status, "ACTIVE");
 
     // One token bought with the client credentials, then the listing.
     let requests = fake.requests();

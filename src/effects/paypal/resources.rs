@@ -175,9 +175,8 @@ impl<'a> Refund<'a> {
     }
 }
 
-/// A subscription resource (`BILLING.SUBSCRIPTION.*`), its status
-/// lower-cased (`ACTIVE` -> `active`, `CANCELLED` -> `cancelled`) so that
-/// the terminal statuses are the shared ones.
+/// A subscription resource (`BILLING.SUBSCRIPTION.*`), its status as
+/// PayPal spells it (`ACTIVE`, `CANCELLED`).
 pub(super) fn parse_subscription(resource: &Value) -> Result<Subscription, Reason> {
     let missing = "subscription has no id or status";
     let status = required_ident(resource, "/status", "subscription status", missing)?;
@@ -186,7 +185,7 @@ pub(super) fn parse_subscription(resource: &Value) -> Result<Subscription, Reaso
         subscription_id: required_ident(resource, "/id", "subscription id", missing)?.to_owned(),
         customer_id: loose_ident_at(resource, "/subscriber/payer_id").map(str::to_owned),
         user_id: loose_ident_at(resource, "/custom_id").map(str::to_owned),
-        status: status.to_ascii_lowercase(),
+        status: status.to_owned(),
         plan_id: loose_ident_at(resource, "/plan_id").map(str::to_owned),
         current_period_end: str_at(resource, "/billing_info/next_billing_time")
             .and_then(parse_time),
@@ -309,14 +308,14 @@ mod tests {
     }
 
     #[test]
-    fn a_subscription_s_status_is_lower_cased_and_its_period_end_read() {
+    fn a_subscription_s_status_is_kept_as_spelled_and_its_period_end_read() {
         let resource = json!({
             "id": "I-1", "plan_id": "P-1", "status": "CANCELLED", "custom_id": "u1",
             "subscriber": { "payer_id": "PAYER1" },
             "billing_info": { "next_billing_time": "2026-12-01T10:00:00Z" },
         });
         let subscription = parse_subscription(&resource).unwrap();
-        assert_eq!(subscription.status, "cancelled");
+        assert_eq!(subscription.status, "CANCELLED");
         assert!(crate::subscriptions::is_terminal(&subscription.status));
         assert_eq!(subscription.customer_id.as_deref(), Some("PAYER1"));
         assert_eq!(subscription.current_period_end, Some(1_796_119_200));

@@ -22,7 +22,7 @@ async fn subscriptions_follow_the_event_time_and_a_cancelled_one_is_never_revive
     let detail = app
         .paypal(&sub("WH-3", "UPDATED", "ACTIVE", t + 5), "superseded")
         .await;
-    assert_eq!(detail["stored_status"], "suspended");
+    assert_eq!(detail["stored_status"], "SUSPENDED");
     app.paypal(&sub("WH-4", "CANCELLED", "CANCELLED", t + 20), "processed")
         .await;
     // A tie does not revive it; nor does an older event.
@@ -42,7 +42,7 @@ async fn subscriptions_follow_the_event_time_and_a_cancelled_one_is_never_revive
     .await
     .unwrap();
     let expected = (
-        "expired",
+        "EXPIRED",
         "2J6QB8YJQSJRJ",
         "user_1",
         "P-5ML4271244454362WXNWU5NQ",
@@ -64,7 +64,7 @@ async fn subscriptions_follow_the_event_time_and_a_cancelled_one_is_never_revive
     .await
     .unwrap();
     let statuses: Vec<&str> = changes.iter().map(|(s, _)| s.as_str().unwrap()).collect();
-    assert_eq!(statuses, ["active", "suspended", "cancelled", "expired"]);
+    assert_eq!(statuses, ["ACTIVE", "SUSPENDED", "CANCELLED", "EXPIRED"]);
     app.assert_consistent().await;
 }
 
@@ -115,6 +115,6 @@ async fn the_simulator_s_impossible_create_time_falls_back_to_the_resource_s_upd
         .fetch_one(&app.pool)
         .await
         .unwrap();
-    assert_eq!(status, "suspended");
+    assert_eq!(status, "SUSPENDED");
     app.assert_consistent().await;
 }

@@ -74,7 +74,7 @@ async fn any_order_of_a_paypal_history_with_copies_ends_in_the_in_order_state(po
         Some(AMOUNT - refunded),
         "partially_refunded".to_owned(),
         refunded,
-        "cancelled".to_owned(),
+        "CANCELLED".to_owned(),
         7,
         0,
     );
