@@ -123,8 +123,6 @@ fn verify_standard_webhooks(bencher: Bencher, size: usize) {
 /// RSA-2048 PKCS#1 v1.5 SHA-256 verification, then the envelope.
 #[divan::bench(args = SIZES)]
 fn verify_paypal(bencher: Bencher, size: usize) {
-    use rustls_pki_types::PrivatePkcs8KeyDer;
-    use rustls_pki_types::pem::PemObject;
     use webhookd::providers::paypal::certs::{CertSettings, Env};
     use webhookd::providers::paypal::{self, PaypalSettings, PaypalVerifier, header as h};
 
@@ -155,26 +153,12 @@ fn verify_paypal(bencher: Bencher, size: usize) {
     )
     .to_string();
     let message = paypal::signed_message("bench-1", &time, "WH-BENCH", &body);
-    let key = std::fs::read(fixtures.join("live.key")).expect("the test key");
-    let key = PrivatePkcs8KeyDer::from_pem_slice(&key).expect("a PKCS#8 key");
-    let pair = ring::signature::RsaKeyPair::from_pkcs8(key.secret_pkcs8_der()).expect("an RSA key");
-    let mut signature = vec![0; pair.public().modulus_len()];
-    pair.sign(
-        &ring::signature::RSA_PKCS1_SHA256,
-        &ring::rand::SystemRandom::new(),
-        message.as_bytes(),
-        &mut signature,
-    )
-    .expect("signed");
-    use base64::Engine;
+    let signature =
+        webhookd::cli::send::paypal::sign(&fixtures.join("live.key"), &message).expect("signed");
     let mut headers = HeaderMap::new();
     header(&mut headers, h::TRANSMISSION_ID, "bench-1");
     header(&mut headers, h::TRANSMISSION_TIME, &time);
-    header(
-        &mut headers,
-        h::TRANSMISSION_SIG,
-        &base64::engine::general_purpose::STANDARD.encode(signature),
-    );
+    header(&mut headers, h::TRANSMISSION_SIG, &signature);
     header(
         &mut headers,
         h::CERT_URL,

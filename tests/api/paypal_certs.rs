@@ -13,11 +13,10 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use base64::Engine;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use webhookd::providers::paypal::certs::CertSettings;
@@ -40,20 +39,13 @@ pub fn rfc3339(unix: i64) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
-/// Base64 of the RSA PKCS#1 v1.5 SHA-256 signature of `message` under the
-/// PKCS#8 key in fixture `key`.
+/// `PAYPAL-TRANSMISSION-SIG` for `message` under the key in fixture `key`,
+/// signed as `webhookd send paypal` signs.
 pub fn sign(key: &str, message: &str) -> String {
-    let der = PrivatePkcs8KeyDer::from_pem_slice(fixture(key).as_bytes()).unwrap();
-    let pair = ring::signature::RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()).unwrap();
-    let mut signature = vec![0; pair.public().modulus_len()];
-    pair.sign(
-        &ring::signature::RSA_PKCS1_SHA256,
-        &ring::rand::SystemRandom::new(),
-        message.as_bytes(),
-        &mut signature,
-    )
-    .unwrap();
-    base64::engine::general_purpose::STANDARD.encode(signature)
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/paypal")
+        .join(key);
+    webhookd::cli::send::paypal::sign(&path, message).unwrap()
 }
 
 /// A directory of its own under the system's temporary directory.

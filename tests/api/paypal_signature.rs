@@ -10,7 +10,7 @@ use http::HeaderMap;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
-use webhookd::providers::paypal::certs::Env;
+use webhookd::providers::paypal::certs::{CertSettings, Env};
 use webhookd::providers::paypal::{PaypalSettings, PaypalVerifier, signed_message};
 use webhookd::providers::{SignatureError, Verify};
 
@@ -331,13 +331,17 @@ fn headers_of(pairs: &[(String, String)]) -> HeaderMap {
 }
 
 fn verifier(fake: &FakeCerts, dir: Option<PathBuf>) -> PaypalVerifier {
+    verifier_with(WEBHOOK_ID, fake.settings(dir)).unwrap()
+}
+
+/// A verifier for `webhook_id`, both environments, 300 s of tolerance.
+fn verifier_with(webhook_id: &str, certs: CertSettings) -> anyhow::Result<PaypalVerifier> {
     PaypalVerifier::new(&PaypalSettings {
-        webhook_ids: vec![WEBHOOK_ID.to_owned()],
+        webhook_ids: vec![webhook_id.to_owned()],
         tolerance_secs: 300,
         environments: vec![Env::Live, Env::Sandbox],
-        certs: fake.settings(dir),
+        certs,
     })
-    .unwrap()
 }
 
 /// Fetches, then checks, as the route does.
@@ -456,13 +460,7 @@ async fn a_certificate_that_cannot_be_fetched_is_unavailable_and_redirects_are_n
         [127, 0, 0, 1],
         crate::lifecycle::free_port(),
     )));
-    let unreachable = PaypalVerifier::new(&PaypalSettings {
-        webhook_ids: vec![WEBHOOK_ID.to_owned()],
-        tolerance_secs: 300,
-        environments: vec![Env::Live, Env::Sandbox],
-        certs: settings,
-    })
-    .unwrap();
+    let unreachable = verifier_with(WEBHOOK_ID, settings).unwrap();
     let refused = check(&unreachable, &Signed::default(), &body)
         .await
         .unwrap_err();
@@ -605,13 +603,7 @@ async fn paypal_s_real_certificate_fetched_chains_through_the_shipped_issuers() 
     fake.answer(SIMULATOR_CERT, Answer::Pem(simulator_cert()));
     let mut settings = fake.settings(None);
     settings.roots.clear();
-    let verifier = PaypalVerifier::new(&PaypalSettings {
-        webhook_ids: vec!["WEBHOOK_ID".into()],
-        tolerance_secs: 300,
-        environments: vec![Env::Live, Env::Sandbox],
-        certs: settings,
-    })
-    .unwrap();
+    let verifier = verifier_with("WEBHOOK_ID", settings).unwrap();
     let (body, headers, at) = simulated("capture-completed");
     let headers = headers_of(&headers);
     verifier.prepare(&headers, at).await.unwrap();
@@ -768,26 +760,14 @@ async fn a_certificate_directory_others_may_write_is_refused() {
     let dir = temp_dir("paypal-open-dir");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let fake = FakeCerts::start().await;
-    let refused = PaypalVerifier::new(&PaypalSettings {
-        webhook_ids: vec![WEBHOOK_ID.to_owned()],
-        tolerance_secs: 300,
-        environments: vec![Env::Live],
-        certs: fake.settings(Some(dir.clone())),
-    })
-    .unwrap_err();
+    let refused = verifier_with(WEBHOOK_ID, fake.settings(Some(dir.clone()))).unwrap_err();
     assert!(
         refused.to_string().contains("writable by others"),
         "{refused}"
     );
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let created = dir.join("made/by/webhookd");
-    PaypalVerifier::new(&PaypalSettings {
-        webhook_ids: vec![WEBHOOK_ID.to_owned()],
-        tolerance_secs: 300,
-        environments: vec![Env::Live],
-        certs: fake.settings(Some(created.clone())),
-    })
-    .unwrap();
+    verifier_with(WEBHOOK_ID, fake.settings(Some(created.clone()))).unwrap();
     let mode = std::fs::metadata(&created).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "created for its owner alone: {mode:o}");
 }

@@ -68,11 +68,25 @@ pub fn delivery(
         .paypal_key
         .as_deref()
         .context("--paypal-key FILE: the private key of the certificate --paypal-cert-url names")?;
-    let key = signing_key(key)?;
     let body = event(args, now, unique).to_string();
     let transmission_id = transmission_id()?;
     let time = humantime::format_rfc3339_seconds(now).to_string();
     let message = signed_message(&transmission_id, &time, webhook_id, body.as_bytes());
+    let signature = sign(key, &message)?;
+    let headers = vec![
+        (TRANSMISSION_ID, transmission_id),
+        (TRANSMISSION_TIME, time),
+        (TRANSMISSION_SIG, signature),
+        (CERT_URL, paypal.paypal_cert_url.clone()),
+        (AUTH_ALGO, crate::providers::paypal::SIGNING_ALGO.to_owned()),
+    ];
+    Ok((body, headers))
+}
+
+/// `PAYPAL-TRANSMISSION-SIG` for `message`: the base64 of its RSA PKCS#1
+/// v1.5 SHA-256 signature under the key in the PEM file at `key`.
+pub fn sign(key: &Path, message: &str) -> anyhow::Result<String> {
+    let key = signing_key(key)?;
     let mut signature = vec![0; key.public().modulus_len()];
     key.sign(
         &RSA_PKCS1_SHA256,
@@ -81,17 +95,7 @@ pub fn delivery(
         &mut signature,
     )
     .map_err(|_| anyhow::anyhow!("the PayPal key cannot sign"))?;
-    let headers = vec![
-        (TRANSMISSION_ID, transmission_id),
-        (TRANSMISSION_TIME, time),
-        (
-            TRANSMISSION_SIG,
-            base64::engine::general_purpose::STANDARD.encode(signature),
-        ),
-        (CERT_URL, paypal.paypal_cert_url.clone()),
-        (AUTH_ALGO, crate::providers::paypal::SIGNING_ALGO.to_owned()),
-    ];
-    Ok((body, headers))
+    Ok(base64::engine::general_purpose::STANDARD.encode(signature))
 }
 
 /// The RSA key in the PEM file at `path`.
