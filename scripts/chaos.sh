@@ -88,7 +88,7 @@ PY
 # back after it), a 5 s sink timeout.
 serve() {
     local db_url=$1 port=$2 sink_port=$3; shift 3
-    env DATABASE_URL="$db_url" WEBHOOKD_LISTEN="127.0.0.1:$port" STRIPE_WEBHOOK_SECRET="$secret" \
+    env DATABASE_URL="$db_url" WEBHOOKD_LISTEN="127.0.0.1:$port" WEBHOOKD_ADMIN_LISTEN=127.0.0.1:0 STRIPE_WEBHOOK_SECRET="$secret" \
         WEBHOOKD_SINK_URL="http://127.0.0.1:$sink_port/" WEBHOOKD_SINK_SECRET="$sink_secret" \
         WEBHOOKD_OUTBOX_BACKOFF_CAP=2s WEBHOOKD_SINK_TIMEOUT=5s WEBHOOKD_OUTBOX_LEASE=10s \
         WEBHOOKD_LOG_FORMAT=json RUST_LOG=warn \

@@ -182,7 +182,7 @@ start_webhookd() {
     local binary=$1 db_url=$2 secret=$3 logfile=$4 port
     shift 4
     port=$(free_port 18080)
-    env DATABASE_URL="$db_url" WEBHOOKD_LISTEN="127.0.0.1:$port" WEBHOOKD_ROLE=api STRIPE_WEBHOOK_SECRET="$secret" \
+    env DATABASE_URL="$db_url" WEBHOOKD_LISTEN="127.0.0.1:$port" WEBHOOKD_ADMIN_LISTEN=127.0.0.1:0 WEBHOOKD_ROLE=api STRIPE_WEBHOOK_SECRET="$secret" \
         WEBHOOKD_DB_MAX_CONNECTIONS="${WEBHOOKD_DB_MAX_CONNECTIONS:-64}" RUST_LOG=warn "$@" \
         "$binary" serve > "$logfile" 2>&1 &
     WEBHOOKD_PID=$!

@@ -11,12 +11,14 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub use crate::telemetry::LogFormat;
 
+mod admin;
 mod connections;
 mod outbox;
 mod paypal;
 mod sources;
 mod sweep;
 use crate::secrets::{Secrets, parse_secrets};
+pub use admin::{AdminArgs, AdminListen, AdminToken, MIN_TOKEN_CHARS};
 pub use connections::ConnectionSettings;
 pub use outbox::{OutboxOrder, OutboxSettings};
 pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
@@ -143,6 +145,9 @@ pub struct ServeSettings {
     pub connections: ConnectionSettings,
 
     #[command(flatten)]
+    pub admin: AdminArgs,
+
+    #[command(flatten)]
     pub paypal: PaypalArgs,
 
     #[command(flatten)]
@@ -216,6 +221,14 @@ mod tests {
         assert_eq!(serve.listen, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(serve.tolerance_secs, 300);
         assert_eq!(serve.max_body_bytes, 2 * 1024 * 1024);
+        assert_eq!(
+            serve.admin.admin_listen,
+            AdminListen(Some("127.0.0.1:9090".parse().unwrap()))
+        );
+        assert!(
+            serve.admin.admin_token.0.is_none(),
+            "the console is off by default"
+        );
     }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -16,6 +16,7 @@ pub mod providers;
 pub mod secrets;
 pub mod sinks;
 pub mod startup;
+pub mod story;
 pub mod subscriptions;
 pub mod sweep;
 pub mod telemetry;

@@ -82,3 +82,61 @@ pub async fn upsert(
         None => Recorded::Differs,
     })
 }
+
+/// A payment row as the console shows it.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub provider: String,
+    pub payment_id: String,
+    pub user_id: Option<String>,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub status: String,
+    pub refunded_minor: i64,
+    /// The event that recorded the payment itself.
+    pub event_id: Option<String>,
+    pub updated_at: String,
+}
+
+/// The user's payments, newest first, up to `limit`.
+pub async fn of_user(
+    pool: &sqlx::PgPool,
+    user_id: &str,
+    limit: i64,
+) -> Result<Vec<Row>, sqlx::Error> {
+    sqlx::query_as!(
+        Row,
+        r#"
+        select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
+               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+        from payments where user_id = $1
+        order by updated_at desc, provider, payment_id
+        limit $2
+        "#,
+        user_id,
+        limit,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// The payments an event recorded.
+pub async fn of_event(
+    pool: &sqlx::PgPool,
+    provider: &str,
+    event_id: &str,
+) -> Result<Vec<Row>, sqlx::Error> {
+    sqlx::query_as!(
+        Row,
+        r#"
+        select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
+               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+        from payments where provider = $1 and event_id = $2
+        order by payment_id
+        "#,
+        provider,
+        event_id,
+    )
+    .fetch_all(pool)
+    .await
+}

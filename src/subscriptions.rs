@@ -176,6 +176,56 @@ fn same_state(previous: &Subscription, next: &Subscription) -> bool {
             .is_none_or(|u| previous.user_id.as_ref() == Some(u))
 }
 
+/// A subscription row as the console shows it.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub provider: String,
+    pub subscription_id: String,
+    pub user_id: Option<String>,
+    pub status: String,
+    pub plan_id: Option<String>,
+    pub current_period_end: Option<String>,
+    /// The event whose state is stored.
+    pub event_id: String,
+    pub updated_at: String,
+}
+
+/// The user's subscriptions, or those whose stored state came from one
+/// event (`Some((provider, event_id))`), newest first.
+pub async fn rows(
+    pool: &sqlx::PgPool,
+    user_id: Option<&str>,
+    event: Option<(&str, &str)>,
+) -> Result<Vec<Row>, sqlx::Error> {
+    let (provider, event_id) = event.unzip();
+    sqlx::query_as!(
+        Row,
+        r#"
+        select provider as "provider!", subscription_id as "subscription_id!", user_id, status as "status!",
+               plan_id,
+               to_char(current_period_end at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as current_period_end,
+               event_id as "event_id!",
+               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+        from subscriptions
+        where user_id = $1
+        union all
+        select provider, subscription_id, user_id, status, plan_id,
+               to_char(current_period_end at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+               event_id,
+               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+        from subscriptions
+        where provider = $2 and event_id = $3
+        order by 8 desc, 1, 2
+        limit 200
+        "#,
+        user_id,
+        provider,
+        event_id,
+    )
+    .fetch_all(pool)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::{events, ingest, providers};
+use crate::{events, ingest};
 
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
@@ -85,48 +85,41 @@ async fn show(
     Ok(())
 }
 
-/// Replays through the same path as ingest, except for an imported event:
-/// an earlier handler applied it, so its effects must not run here.
+/// Replays through the same path as ingest (`ingest::replay_stored`),
+/// except for an imported event: an earlier handler applied it, so its
+/// effects must not run here.
 async fn replay(
     pool: &PgPool,
     provider: &str,
     event_id: &str,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let stored = find(pool, provider, event_id).await?;
-    anyhow::ensure!(
-        stored.outcome != "imported",
-        "{} {} was imported: an earlier handler applied it, so replaying it would apply it twice",
-        id(provider),
-        id(event_id)
-    );
-    let event = providers::Event::from_stored_at(
-        &stored.provider,
-        &stored.event_id,
-        &stored.event_type,
-        stored.payload.into(),
-        stored.provider_created_at.as_deref(),
-    )
-    .map_err(|e| anyhow::anyhow!("the stored payload cannot be replayed: {e}"))?;
-    let replayed = ingest::replay(pool, &event, &stored.outcome).await?;
-    let detail = replayed.applied.detail.to_string();
+    let done = ingest::replay_stored(pool, provider, event_id)
+        .await?
+        .map_err(|refused| anyhow::anyhow!("{} {}: {refused}", id(provider), id(event_id)))?;
+    let applied = &done.replayed.applied;
+    let detail = applied.detail.to_string();
     writeln!(
         out,
         "replayed {} {}: {} {}",
         id(provider),
         id(event_id),
-        replayed.applied.outcome.as_str(),
+        applied.outcome.as_str(),
         shown(&detail, MAX_SHOWN_TEXT_BYTES)
     )?;
-    if replayed.recorded {
+    if done.replayed.recorded {
         writeln!(
             out,
             "stored outcome changed from {} to {}",
-            id(&stored.outcome),
-            replayed.applied.outcome.as_str()
+            id(&done.stored_outcome),
+            applied.outcome.as_str()
         )?;
     } else {
-        writeln!(out, "stored outcome unchanged ({})", id(&stored.outcome))?;
+        writeln!(
+            out,
+            "stored outcome unchanged ({})",
+            id(&done.stored_outcome)
+        )?;
     }
     Ok(())
 }

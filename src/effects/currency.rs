@@ -81,6 +81,23 @@ pub fn minor_units(value: &str, currency: &str) -> Result<i64, Reason> {
         .ok_or_else(|| format!("too large for the minor unit of {code}"))
 }
 
+/// `minor` of `currency` written in its major unit, as people read it:
+/// 3050 USD is `30.50`, 1000 JPY `1000`, -1234 BHD `-1.234`. An unknown
+/// currency is shown in its minor unit, as stored.
+pub fn decimal(minor: i64, currency: &str) -> String {
+    let Some((_, exponent)) = with_exponent(currency) else {
+        return minor.to_string();
+    };
+    let scale = 10u64.pow(exponent);
+    let sign = if minor < 0 { "-" } else { "" };
+    let magnitude = minor.unsigned_abs();
+    if exponent == 0 {
+        return format!("{sign}{magnitude}");
+    }
+    let width = usize::try_from(exponent).unwrap_or(0);
+    format!("{sign}{}.{:0width$}", magnitude / scale, magnitude % scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +217,15 @@ mod tests {
         for code in WITHDRAWN_STILL_SENT.into_iter().filter(|c| *c != "BYR") {
             assert_eq!(with_exponent(code), Some((code, 2)), "{code}");
         }
+    }
+
+    #[test]
+    fn amounts_are_shown_in_the_major_unit() {
+        assert_eq!(decimal(3050, "USD"), "30.50");
+        assert_eq!(decimal(5, "USD"), "0.05");
+        assert_eq!(decimal(-1234, "BHD"), "-1.234");
+        assert_eq!(decimal(1000, "JPY"), "1000");
+        assert_eq!(decimal(i64::MIN, "USD"), "-92233720368547758.08");
+        assert_eq!(decimal(42, "ZZZ"), "42");
     }
 }

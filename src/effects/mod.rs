@@ -99,7 +99,7 @@ impl Applied {
 }
 
 pub use credits::apply_credits;
-pub use currency::{MAX_AMOUNT_LEN, WITHDRAWN_STILL_SENT, currency, minor_units};
+pub use currency::{MAX_AMOUNT_LEN, WITHDRAWN_STILL_SENT, currency, decimal, minor_units};
 pub use money::PlainCredit;
 pub use plan::{Plan, plan};
 

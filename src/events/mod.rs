@@ -7,9 +7,13 @@ use sqlx::PgConnection;
 
 use crate::providers::Event;
 
+mod browse;
 mod import;
 mod stored;
 
+pub use browse::{
+    Cursor, Deferred, Filter, Row, counts_by_outcome, deferred, deferred_depth, page,
+};
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
 pub use stored::{Stored, Summary, find, list, prune_batch};
 

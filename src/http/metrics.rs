@@ -28,6 +28,9 @@ use crate::ingest::batch::BatchStats;
 use crate::outbox::store;
 use crate::outbox::worker::DrainerStats;
 use crate::sweep::schedule::SweepStats;
+use quantile::quantile;
+
+mod quantile;
 
 const REQUESTS: &str = "webhookd_http_requests_total";
 const EVENTS: &str = "webhookd_events_total";
@@ -145,6 +148,10 @@ pub struct Metrics {
     requests: AtomicU64,
     deliveries: Option<Arc<DrainerStats>>,
     sweeps: Option<Arc<SweepStats>>,
+    /// The ingest latency histogram's counts again, every provider
+    /// together, for the console's quantiles (the recorder keeps its own
+    /// only as text).
+    latency: [AtomicU64; LATENCY_BUCKETS.len() + 1],
 }
 
 impl Default for Metrics {
@@ -168,6 +175,7 @@ impl Metrics {
             requests: AtomicU64::new(0),
             deliveries: workers.deliveries,
             sweeps: workers.sweeps,
+            latency: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -208,6 +216,29 @@ impl Metrics {
         self.recorder
             .register_histogram(&key, &METADATA)
             .record(elapsed.as_secs_f64());
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|&bound| elapsed.as_secs_f64() <= bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.latency[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The ingest latency at quantile `q` (0 to 1) since start, in
+    /// seconds, interpolated within its bucket as Prometheus's
+    /// `histogram_quantile` does; `None` before the first delivery. Past the
+    /// last bucket it answers the last bound.
+    pub fn ingest_quantile(&self, q: f64) -> Option<f64> {
+        let counts: Vec<u64> = self
+            .latency
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        quantile(&LATENCY_BUCKETS, &counts, q)
+    }
+
+    /// Deliveries timed since start.
+    pub fn ingest_count(&self) -> u64 {
+        self.latency.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
     /// Where the group commit records each batch's events

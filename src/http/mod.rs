@@ -1,5 +1,6 @@
 //! Routes, middleware and status codes.
 
+pub mod console;
 pub mod error;
 pub mod health;
 pub mod metrics;
@@ -65,8 +66,40 @@ pub const SENSITIVE_HEADERS: [HeaderName; 9] = [
     HeaderName::from_static("svix-signature"),
 ];
 
-/// `webhooks: false` serves only health and metrics (a worker process).
+/// The public listener. `webhooks: false` serves only health and metrics
+/// (a worker process). It never serves the console.
 pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
+    let routes = if webhooks {
+        Router::new().route("/webhooks/{provider}", post(webhooks::receive))
+    } else {
+        Router::new()
+    };
+    with_middleware(monitored(routes), state, limits)
+}
+
+/// The admin listener: health and metrics, and the console under
+/// `/console` when it has a token (else 404 there, as for any path).
+pub fn admin_router(state: AppState, limits: Limits, console: Option<console::Auth>) -> Router {
+    let mut routes = monitored(Router::new());
+    if let Some(auth) = console {
+        let console = console::Console {
+            app: state.clone(),
+            auth,
+        };
+        routes = routes.nest_service("/console", console::router(console));
+    }
+    with_middleware(routes, state, limits)
+}
+
+/// Health and metrics beside `routes`, every route counted in `/metrics`.
+fn monitored(routes: Router<AppState>) -> Router<AppState> {
+    routes
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
+}
+
+fn with_middleware(routes: Router<AppState>, state: AppState, limits: Limits) -> Router {
     let x_request_id = HeaderName::from_static("x-request-id");
     // Outermost first.
     let middleware = ServiceBuilder::new()
@@ -99,16 +132,7 @@ pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
             timeout,
         ))
         .layer(RequestBodyLimitLayer::new(limits.max_body_bytes));
-
-    let routes = if webhooks {
-        Router::new().route("/webhooks/{provider}", post(webhooks::receive))
-    } else {
-        Router::new()
-    };
     routes
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

@@ -210,3 +210,53 @@ pub struct Replayed {
     /// Whether the stored outcome was replaced.
     pub recorded: bool,
 }
+
+/// Why [`replay_stored`] would not replay an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayRefused {
+    #[error("no such stored event (pruned, or never received)")]
+    NotFound,
+    /// An earlier handler applied it, so replaying it would apply it twice.
+    #[error("it was imported: an earlier handler applied it, so replaying it would apply it twice")]
+    Imported,
+    #[error("the stored payload cannot be replayed: {0}")]
+    Unreplayable(String),
+}
+
+/// What [`replay_stored`] did: the outcome stored before, and the replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayedStored {
+    pub stored_outcome: String,
+    pub replayed: Replayed,
+}
+
+/// Replays the stored event `provider`/`event_id` through [`replay`],
+/// except for an imported event: what `webhookd events replay` and the
+/// console's "replay" both run.
+pub async fn replay_stored(
+    pool: &PgPool,
+    provider: &str,
+    event_id: &str,
+) -> Result<Result<ReplayedStored, ReplayRefused>, Error> {
+    let Some(stored) = events::find(pool, provider, event_id).await? else {
+        return Ok(Err(ReplayRefused::NotFound));
+    };
+    if stored.outcome == "imported" {
+        return Ok(Err(ReplayRefused::Imported));
+    }
+    let event = match Event::from_stored_at(
+        &stored.provider,
+        &stored.event_id,
+        &stored.event_type,
+        stored.payload.into(),
+        stored.provider_created_at.as_deref(),
+    ) {
+        Ok(event) => event,
+        Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
+    };
+    let replayed = replay(pool, &event, &stored.outcome).await?;
+    Ok(Ok(ReplayedStored {
+        stored_outcome: stored.outcome,
+        replayed,
+    }))
+}

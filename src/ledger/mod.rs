@@ -6,8 +6,10 @@
 use sqlx::PgConnection;
 
 mod audit;
+mod browse;
 
 pub use audit::{Credited, Mismatch, credits_for_audit, existing, mismatches, orphan_entries};
+pub use browse::{EntryRow, WalletRow, entries_of_event, entries_of_user, wallets_of_user};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {

@@ -103,6 +103,9 @@ pub async fn invoice_paid_owner(
     .await
 }
 
+// The console's reads and its bulk retry.
+pub mod browse;
+
 // The drainer's statements: lease and record.
 mod drain;
 pub use drain::{
@@ -150,17 +153,7 @@ pub async fn list(pool: &PgPool, dead_only: bool, limit: i64) -> Result<Vec<List
 /// Re-queues dead rows (`id`, or all of them with `None`) for a fresh set of
 /// attempts; `attempts` keeps counting. Returns the ids re-queued.
 pub async fn retry_dead(pool: &PgPool, id: Option<i64>) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"
-        update outbox
-        set dead_at = null, requeued_attempts = attempts, available_at = now(), locked_until = null
-        where dead_at is not null and delivered_at is null and ($1::bigint is null or id = $1)
-        returning id
-        "#,
-        id,
-    )
-    .fetch_all(pool)
-    .await
+    browse::retry_dead_matching(pool, &browse::Filter::default(), id, i64::MAX).await
 }
 
 /// Gauges for monitoring: rows waiting, the age of the oldest, rows dead.

@@ -41,6 +41,8 @@ pub struct Workers {
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
+    /// The admin listener and its routes, unless `WEBHOOKD_ADMIN_LISTEN=off`.
+    admin: Option<(TcpListener, axum::Router)>,
     connections: ConnectionLimits,
     shutdown: CancellationToken,
     grace: Duration,
@@ -88,8 +90,10 @@ impl Application {
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let admin = admin(settings, &state, limits).await?;
         Ok(Application {
             listener,
+            admin,
             router: http::router(state, limits, settings.role.serves_webhooks()),
             connections,
             shutdown,
@@ -104,22 +108,75 @@ impl Application {
             .expect("a bound listener has an address")
     }
 
+    /// The admin listener's address, unless it is off.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
     /// Serves until the shutdown token is cancelled, then stops accepting and
     /// lets in-flight requests finish, for at most the grace period.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         tracing::info!(address = %self.local_addr(), "listening");
-        serve::serve(
+        let admin = async {
+            if let Some((listener, router)) = self.admin {
+                serve::serve(
+                    listener,
+                    router,
+                    self.connections,
+                    self.shutdown.clone(),
+                    self.grace,
+                )
+                .await;
+            }
+        };
+        let public = serve::serve(
             self.listener,
             self.router,
             self.connections,
-            self.shutdown,
+            self.shutdown.clone(),
             self.grace,
-        )
-        .await;
+        );
+        tokio::join!(public, admin);
         self.ingestor.close();
         Ok(())
     }
 }
+
+/// Binds the admin listener, with the console when it has a token, and
+/// says where it is.
+async fn admin(
+    settings: &ServeSettings,
+    state: &AppState,
+    limits: Limits,
+) -> anyhow::Result<Option<(TcpListener, axum::Router)>> {
+    let Some(address) = settings.admin.admin_listen.0 else {
+        tracing::info!("the admin listener is off (WEBHOOKD_ADMIN_LISTEN=off)");
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(address).await.with_context(|| {
+        format!("cannot listen on {address} for the admin listener (set WEBHOOKD_ADMIN_LISTEN to another address, or to off)")
+    })?;
+    let bound = listener.local_addr()?;
+    let console = settings.admin.admin_token.0.as_ref().map(|token| {
+        http::console::Auth::new(token, settings.admin.admin_session_ttl, state.clock.clone())
+    });
+    if console.is_some() {
+        tracing::info!(address = %bound, "console at http://{bound}/console");
+    } else {
+        tracing::info!(address = %bound, "admin listener up; the console is off until WEBHOOKD_ADMIN_TOKEN is set");
+    }
+    let limits = Limits {
+        max_body_bytes: ADMIN_MAX_BODY_BYTES,
+        ..limits
+    };
+    Ok(Some((
+        listener,
+        http::admin_router(state.clone(), limits, console),
+    )))
+}
+
+/// The largest request the admin listener reads: its forms are small.
+const ADMIN_MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// `webhookd serve`: migrate, then run the drainer and the periodic sweep
 /// (when this process drains) and the HTTP server until a signal stops them.

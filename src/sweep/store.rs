@@ -163,3 +163,28 @@ pub async fn last_successes(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::E
     .await?;
     Ok(rows.into_iter().map(|row| (row.provider, row.at)).collect())
 }
+
+/// How one provider's sweep last went, for the console.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub provider: String,
+    pub last_run_at: Option<String>,
+    pub last_success_at: Option<String>,
+    /// What the run reported (its counts, or its error).
+    pub last_result: Option<Value>,
+}
+
+pub async fn runs(pool: &PgPool) -> Result<Vec<Run>, sqlx::Error> {
+    sqlx::query_as!(
+        Run,
+        r#"
+        select provider,
+               to_char(last_run_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as last_run_at,
+               to_char(last_success_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as last_success_at,
+               last_result
+        from sweeps order by provider
+        "#
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::config::{ServeSettings, SourceScheme, SourceSettings};
+use webhookd::config::{AdminListen, ServeSettings, SourceScheme, SourceSettings};
 use webhookd::ledger;
 use webhookd::providers::stripe::signature_header;
 use webhookd::secrets::{Secrets, parse_secrets};
@@ -38,6 +38,8 @@ fn source(name: &str, scheme: SourceScheme, (current, previous): (&str, &str)) -
 
 pub struct TestApp {
     pub address: String,
+    /// The admin listener's base URL, unless it is off.
+    pub admin_address: Option<String>,
     pub pool: PgPool,
     pub client: reqwest::Client,
     pub shutdown: CancellationToken,
@@ -79,6 +81,8 @@ pub async fn spawn_app_with(
         ],
         ..ServeSettings::default()
     };
+    // Every app side by side gets a free port for its admin listener too.
+    settings.admin.admin_listen = AdminListen(Some("127.0.0.1:0".parse().unwrap()));
     configure(&mut settings);
 
     let shutdown = CancellationToken::new();
@@ -92,9 +96,11 @@ pub async fn spawn_app_with(
     .await
     .expect("the application builds");
     let address = format!("http://{}", app.local_addr());
+    let admin_address = app.admin_addr().map(|a| format!("http://{a}"));
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
+        admin_address,
         pool,
         client: reqwest::Client::new(),
         shutdown,

@@ -83,6 +83,7 @@ impl Server {
             .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("WEBHOOKD_ADMIN_LISTEN", "127.0.0.1:0")
             .env("STRIPE_WEBHOOK_SECRET", SECRET)
             .env("WEBHOOKD_LOG_FORMAT", "json")
             .stdout(Stdio::piped())

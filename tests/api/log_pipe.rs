@@ -30,6 +30,7 @@ fn serve(database_url: &str, port: u16) -> (Running, ChildStdout, ChildStderr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
         .env("DATABASE_URL", database_url)
         .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
+        .env("WEBHOOKD_ADMIN_LISTEN", "127.0.0.1:0")
         .env("STRIPE_WEBHOOK_SECRET", "whsec_log_pipe")
         .env("WEBHOOKD_SHUTDOWN_GRACE", GRACE)
         .env("WEBHOOKD_LOG_FORMAT", "json")

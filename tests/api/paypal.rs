@@ -19,6 +19,7 @@ use bodies::{IMPOSSIBLE_TIME, capture, completed, deliver, envelope, event, rfc3
 pub(super) fn books(pool: PgPool) -> TestApp {
     TestApp {
         address: String::new(),
+        admin_address: None,
         pool,
         client: reqwest::Client::new(),
         shutdown: CancellationToken::new(),

@@ -1,0 +1,246 @@
+//! Reading the recorded events page by page, as the console shows them:
+//! newest first, filtered, keyset-paginated (no OFFSET, so the thousandth
+//! page costs what the first does), and found by what they name.
+
+use sqlx::PgPool;
+
+/// Which events a page shows. Every field is optional.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub provider: Option<String>,
+    pub event_type: Option<String>,
+    pub outcome: Option<String>,
+    /// `webhook`, `sweep`, `replay` or `import`.
+    pub received_via: Option<String>,
+    /// Received at or after (Unix seconds).
+    pub from: Option<f64>,
+    /// Received before (Unix seconds).
+    pub to: Option<f64>,
+    /// An event id, user id, payment or refund id, or subscription id: the
+    /// events `related_events` finds for it.
+    pub q: Option<String>,
+}
+
+/// Where a page starts: just after (older than) this event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// `received_at` in UTC to the microsecond, `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
+    pub received_at: String,
+    pub provider: String,
+    pub event_id: String,
+}
+
+impl Cursor {
+    /// A cursor from the network, checked before it reaches SQL: the time
+    /// must be exactly the shape [`page`] writes.
+    pub fn new(received_at: &str, provider: &str, event_id: &str) -> Option<Self> {
+        let shape = received_at.len() == 27
+            && received_at.char_indices().all(|(i, c)| match i {
+                4 | 7 => c == '-',
+                10 => c == 'T',
+                13 | 16 => c == ':',
+                19 => c == '.',
+                26 => c == 'Z',
+                _ => c.is_ascii_digit(),
+            });
+        shape.then(|| Cursor {
+            received_at: received_at.to_owned(),
+            provider: provider.to_owned(),
+            event_id: event_id.to_owned(),
+        })
+    }
+}
+
+/// One event of a page.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub provider: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub outcome: String,
+    pub received_via: String,
+    /// To the second, for people.
+    pub received_at: String,
+    /// To the microsecond, for the next page's [`Cursor`].
+    pub cursor_at: String,
+}
+
+/// Up to `limit` events matching `filter`, newest first, older than
+/// `before` when given. With `filter.q` the related events are found first
+/// (each by its own index) and then filtered; without it the walk goes down
+/// `processed_events_received_at`, the time bounds as its index condition.
+pub async fn page(
+    pool: &PgPool,
+    filter: &Filter,
+    before: Option<&Cursor>,
+    limit: i64,
+) -> Result<Vec<Row>, sqlx::Error> {
+    let (before_at, before_provider, before_id) = match before {
+        Some(c) => (
+            Some(c.received_at.as_str()),
+            Some(c.provider.as_str()),
+            Some(c.event_id.as_str()),
+        ),
+        None => (None, None, None),
+    };
+    match filter.q.as_deref() {
+        None => {
+            sqlx::query_as!(
+                Row,
+                r#"
+                select provider, event_id, event_type, outcome, received_via,
+                       to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "received_at!",
+                       to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "cursor_at!"
+                from processed_events
+                where received_at >= coalesce(to_timestamp($5::float8), '-infinity')
+                  and received_at < coalesce(to_timestamp($6::float8), 'infinity')
+                  and received_at <= coalesce($7::text::timestamptz, 'infinity')
+                  and ($7::text is null or (received_at, provider, event_id) < ($7::text::timestamptz, $8, $9))
+                  and ($1::text is null or provider = $1)
+                  and ($2::text is null or event_type = $2)
+                  and ($3::text is null or outcome = $3)
+                  and ($4::text is null or received_via = $4)
+                order by received_at desc, provider desc, event_id desc
+                limit $10
+                "#,
+                filter.provider,
+                filter.event_type,
+                filter.outcome,
+                filter.received_via,
+                filter.from,
+                filter.to,
+                before_at,
+                before_provider,
+                before_id,
+                limit,
+            )
+            .fetch_all(pool)
+            .await
+        }
+        Some(q) => {
+            sqlx::query_as!(
+                Row,
+                r#"
+                select e.provider, e.event_id, e.event_type, e.outcome, e.received_via,
+                       to_char(e.received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "received_at!",
+                       to_char(e.received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "cursor_at!"
+                from processed_events e
+                join (select distinct r.provider, r.event_id from related_events($11) r) r
+                  on r.provider = e.provider and r.event_id = e.event_id
+                where e.received_at >= coalesce(to_timestamp($5::float8), '-infinity')
+                  and e.received_at < coalesce(to_timestamp($6::float8), 'infinity')
+                  and ($7::text is null or (e.received_at, e.provider, e.event_id) < ($7::text::timestamptz, $8, $9))
+                  and ($1::text is null or e.provider = $1)
+                  and ($2::text is null or e.event_type = $2)
+                  and ($3::text is null or e.outcome = $3)
+                  and ($4::text is null or e.received_via = $4)
+                order by e.received_at desc, e.provider desc, e.event_id desc
+                limit $10
+                "#,
+                filter.provider,
+                filter.event_type,
+                filter.outcome,
+                filter.received_via,
+                filter.from,
+                filter.to,
+                before_at,
+                before_provider,
+                before_id,
+                limit,
+                q,
+            )
+            .fetch_all(pool)
+            .await
+        }
+    }
+}
+
+/// Events received since `since` (Unix seconds), counted by outcome in
+/// buckets of `bucket_secs` aligned to the epoch: `(bucket start, outcome,
+/// count)`, oldest first.
+pub async fn counts_by_outcome(
+    pool: &PgPool,
+    since: i64,
+    bucket_secs: i64,
+) -> Result<Vec<(i64, String, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select (extract(epoch from received_at)::bigint / $2) * $2 as "bucket!",
+               outcome, count(*) as "count!"
+        from processed_events
+        where received_at >= to_timestamp($1::bigint)
+        group by 1, 2
+        order by 1, 2
+        "#,
+        since,
+        bucket_secs,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.bucket, r.outcome, r.count))
+        .collect())
+}
+
+/// One event waiting for a dependency.
+#[derive(Debug, Clone)]
+pub struct Deferred {
+    pub provider: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub waits_for: String,
+    pub since: String,
+    pub waited_secs: f64,
+}
+
+/// The events waiting longest first, up to `limit`.
+pub async fn deferred(pool: &PgPool, limit: i64) -> Result<Vec<Deferred>, sqlx::Error> {
+    sqlx::query_as!(
+        Deferred,
+        r#"
+        select d.provider, d.event_id, e.event_type, d.waits_for,
+               to_char(d.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "since!",
+               extract(epoch from now() - d.created_at)::float8 as "waited_secs!"
+        from deferred_events d join processed_events e using (provider, event_id)
+        order by d.created_at, d.provider, d.event_id
+        limit $1
+        "#,
+        limit,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// How many events wait, and for how long the oldest has (seconds).
+pub async fn deferred_depth(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select count(*) as "count!",
+               coalesce(extract(epoch from now() - min(created_at)), 0)::float8 as "oldest!"
+        from deferred_events
+        "#
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.count, row.oldest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_from_the_network_has_exactly_the_written_shape() {
+        assert!(Cursor::new("2026-12-01T15:30:00.123456Z", "stripe", "evt_1").is_some());
+        for bad in [
+            "2026-12-01T15:30:00Z",
+            "2026-12-01 15:30:00.123456Z",
+            "2026-12-01T15:30:00.123456Z'; drop",
+            "x026-12-01T15:30:00.123456Z",
+            "",
+        ] {
+            assert!(Cursor::new(bad, "stripe", "evt_1").is_none(), "{bad}");
+        }
+    }
+}

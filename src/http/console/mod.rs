@@ -1,0 +1,168 @@
+//! The console: server-rendered pages on the admin listener that answer
+//! "what happened to X" — the overview, the events and each event's story,
+//! a user's money, the outbox with retries, the deferred events. Reads use
+//! the owner modules' queries (and `story`, as `webhookd explain` does);
+//! actions run the CLI's code (`ingest::replay_stored`, the outbox
+//! store's retries). Templates are askama's, checked at compile time and
+//! escaped; the one script is a small local file.
+
+mod actions;
+pub mod auth;
+mod chart;
+mod pages;
+mod views;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+
+use super::AppState;
+pub use auth::Auth;
+use auth::{Actor, COOKIE, Check};
+
+/// What the console's handlers share.
+#[derive(Clone, Debug)]
+pub struct Console {
+    pub app: AppState,
+    pub auth: Auth,
+}
+
+const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+
+/// The routes under `/console`.
+pub fn router(console: Console) -> Router {
+    let signed_in = Router::new()
+        .route("/", get(pages::overview))
+        .route("/live", get(pages::overview_live))
+        .route("/events", get(pages::events))
+        .route("/events/{provider}/{event_id}", get(pages::event))
+        .route(
+            "/events/{provider}/{event_id}/replay",
+            post(actions::replay),
+        )
+        .route("/users/{user_id}", get(pages::user))
+        .route("/outbox", get(pages::outbox))
+        .route(
+            "/outbox/retry",
+            get(pages::bulk_retry).post(actions::bulk_retry),
+        )
+        .route("/outbox/{id}/retry", post(actions::retry))
+        .route("/deferred", get(pages::deferred))
+        .route("/logout", post(actions::log_out))
+        .route_layer(middleware::from_fn_with_state(
+            console.clone(),
+            signed_in_only,
+        ));
+    Router::new()
+        .route("/login", get(actions::login_form).post(actions::log_in))
+        .route(
+            "/static/console.css",
+            get(|| async { asset("text/css", CSS) }),
+        )
+        .route(
+            "/static/console.js",
+            get(|| async { asset("text/javascript", JS) }),
+        )
+        .merge(signed_in)
+        .fallback(|| async { views::not_found("No such page.") })
+        .layer(middleware::from_fn(security_headers))
+        .with_state(console)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// Every console response: the CSP, no sniffing, no framing, no caching,
+/// no referrer.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Lets a request through with its [`Actor`] when it carries the token
+/// (`Authorization: Bearer`) or a live session cookie. Otherwise a browser's
+/// GET goes to the login page and anything else gets 401; neither body
+/// holds any data.
+async fn signed_in_only(
+    State(console): State<Console>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let actor = if let Some(authorization) = headers.get(header::AUTHORIZATION) {
+        let Some(token) = authorization
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return unauthorized();
+        };
+        match console.auth.check_token(token.trim()) {
+            Check::Valid => Actor::Bearer,
+            Check::Invalid => {
+                tracing::warn!("console: a request with a wrong bearer token was refused");
+                return unauthorized();
+            }
+            Check::Limited(wait) => return views::too_many_attempts(wait),
+        }
+    } else {
+        match cookie(headers).and_then(|c| console.auth.session(c)) {
+            Some(actor) => actor,
+            None if request.method() == Method::GET => {
+                // Nested under /console: the original URI has the full path.
+                let uri = request
+                    .extensions()
+                    .get::<axum::extract::OriginalUri>()
+                    .map_or_else(|| request.uri().clone(), |o| o.0.clone());
+                let next = uri.path_and_query().map_or("/console", |p| p.as_str());
+                let next = format!("/console/login?next={}", views::query_value(next));
+                return Redirect::to(&next).into_response();
+            }
+            None => return unauthorized(),
+        }
+    };
+    request.extensions_mut().insert(actor);
+    next.run(request).await
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer realm=\"webhookd console\"")],
+        "unauthorized: send Authorization: Bearer <WEBHOOKD_ADMIN_TOKEN>, or log in at /console/login\n",
+    )
+        .into_response()
+}
+
+/// The session cookie's value, if the request has one.
+fn cookie(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value)
+}

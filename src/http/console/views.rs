@@ -1,0 +1,296 @@
+//! The pages' templates (askama, under `templates/console/`, escaped for
+//! HTML) and what each shows.
+
+use std::time::Duration;
+
+use askama::Template;
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::Console;
+use super::auth::Actor;
+use crate::events;
+use crate::ledger::EntryRow;
+use crate::outbox::store::Listed;
+use crate::subscriptions;
+
+/// Characters left as they are in a query value.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `value` percent-encoded for a query string or a path segment.
+pub fn query_value(value: &str) -> String {
+    utf8_percent_encode(value, QUERY_VALUE).to_string()
+}
+
+/// What every signed-in page has around it.
+pub struct Chrome {
+    /// Which navigation entry is current.
+    pub nav: &'static str,
+    /// The CSRF token of this page's forms.
+    pub csrf: String,
+    /// What the search box holds.
+    pub search: String,
+    pub actor: String,
+}
+
+impl Chrome {
+    pub fn new(console: &Console, actor: &Actor, nav: &'static str) -> Self {
+        Chrome {
+            nav,
+            csrf: console.auth.csrf_token(actor),
+            search: String::new(),
+            actor: actor.describe(),
+        }
+    }
+}
+
+/// A rendered page, or 500 if a template failed (it never should).
+pub fn page(template: &impl Template) -> Response {
+    page_with(StatusCode::OK, template)
+}
+
+pub fn page_with(status: StatusCode, template: &impl Template) -> Response {
+    match template.render() {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "a console template failed to render");
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response()
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/message.html")]
+pub struct Message<'a> {
+    pub title: &'a str,
+    pub message: &'a str,
+}
+
+pub fn not_found(message: &str) -> Response {
+    page_with(
+        StatusCode::NOT_FOUND,
+        &Message {
+            title: "Not found",
+            message,
+        },
+    )
+}
+
+pub fn bad_request(message: &str) -> Response {
+    page_with(
+        StatusCode::BAD_REQUEST,
+        &Message {
+            title: "Bad request",
+            message,
+        },
+    )
+}
+
+pub fn unavailable() -> Response {
+    let mut response = page_with(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &Message {
+            title: "Database unavailable",
+            message: "The database did not answer. Try again in a moment.",
+        },
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    response
+}
+
+pub fn too_many_attempts(wait: Duration) -> Response {
+    let mut response = page_with(
+        StatusCode::TOO_MANY_REQUESTS,
+        &Message {
+            title: "Too many attempts",
+            message: "Too many wrong tokens lately. Wait a little and try again.",
+        },
+    );
+    if let Ok(value) = header::HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+#[derive(Template)]
+#[template(path = "console/login.html")]
+pub struct Login<'a> {
+    pub next: &'a str,
+    pub error: Option<&'a str>,
+}
+
+/// One provider's sweep, as the overview shows it.
+pub struct SweepView {
+    pub provider: String,
+    pub last_run_at: String,
+    pub last_success_at: String,
+    pub result: String,
+    pub failed: bool,
+}
+
+#[derive(Template)]
+#[template(path = "console/overview.html")]
+pub struct Overview {
+    pub chrome: Chrome,
+    pub live: Live,
+}
+
+/// The part of the overview that refreshes itself.
+#[derive(Template)]
+#[template(path = "console/live.html")]
+pub struct Live {
+    pub as_of: String,
+    pub outbox: Option<crate::outbox::store::Depth>,
+    pub deferred: Option<(i64, f64)>,
+    pub p50_ms: Option<String>,
+    pub p99_ms: Option<String>,
+    pub timed: u64,
+    pub batches: u64,
+    pub mean_batch: String,
+    pub fallbacks: u64,
+    pub sweeps: Vec<SweepView>,
+    /// The last hour's and the last day's; `None` when unreadable.
+    pub charts: Vec<Option<super::chart::Chart>>,
+}
+
+/// The events page's filter, as its form shows it.
+#[derive(Default)]
+pub struct EventFilterView {
+    pub provider: String,
+    pub event_type: String,
+    pub outcome: String,
+    pub via: String,
+    pub from: String,
+    pub to: String,
+    pub q: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/events.html")]
+pub struct Events {
+    pub chrome: Chrome,
+    pub filter: EventFilterView,
+    pub providers: Vec<String>,
+    pub outcomes: &'static [&'static str],
+    pub vias: &'static [&'static str],
+    pub rows: Vec<events::Row>,
+    /// The older page's address, when there may be one.
+    pub older: Option<String>,
+    pub first_page: bool,
+}
+
+/// A ledger entry, with its amount as people read it.
+pub struct EntryView {
+    pub entry: EntryRow,
+    pub amount: String,
+}
+
+impl From<EntryRow> for EntryView {
+    fn from(entry: EntryRow) -> Self {
+        let amount = crate::effects::decimal(entry.amount_minor, &entry.currency);
+        EntryView { entry, amount }
+    }
+}
+
+/// A payment row, with its amounts as people read them.
+pub struct PaymentView {
+    pub payment: crate::payments::Row,
+    pub amount: String,
+    pub refunded: String,
+}
+
+impl From<crate::payments::Row> for PaymentView {
+    fn from(payment: crate::payments::Row) -> Self {
+        let amount = crate::effects::decimal(payment.amount_minor, &payment.currency);
+        let refunded = crate::effects::decimal(payment.refunded_minor, &payment.currency);
+        PaymentView {
+            payment,
+            amount,
+            refunded,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/event.html")]
+pub struct EventPage {
+    pub chrome: Chrome,
+    pub stored: events::Stored,
+    pub payload: String,
+    pub detail: String,
+    pub entries: Vec<EntryView>,
+    pub payments: Vec<PaymentView>,
+    pub subscriptions: Vec<subscriptions::Row>,
+    pub outbox: Vec<Listed>,
+    pub story: Vec<(String, String)>,
+    pub notice: Option<String>,
+    pub can_replay: bool,
+}
+
+#[derive(Template)]
+#[template(path = "console/user.html")]
+pub struct UserPage {
+    pub chrome: Chrome,
+    pub user_id: String,
+    /// (currency, balance as people read it, updated at)
+    pub wallets: Vec<(String, String, String)>,
+    pub entries: Vec<EntryView>,
+    pub payments: Vec<PaymentView>,
+    pub subscriptions: Vec<subscriptions::Row>,
+}
+
+#[derive(Template)]
+#[template(path = "console/outbox.html")]
+pub struct OutboxPage {
+    pub chrome: Chrome,
+    pub state: String,
+    pub topic: String,
+    pub error: String,
+    pub rows: Vec<Listed>,
+    pub later: Option<String>,
+    pub first_page: bool,
+    pub depth: crate::outbox::store::Depth,
+    pub notice: Option<String>,
+    /// This filter's query string, for the bulk retry and the way back.
+    pub query: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/bulk_retry.html")]
+pub struct BulkRetry {
+    pub chrome: Chrome,
+    pub topic: String,
+    pub error: String,
+    pub count: i64,
+    pub max_id: i64,
+    pub query: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/deferred.html")]
+pub struct DeferredPage {
+    pub chrome: Chrome,
+    pub rows: Vec<events::Deferred>,
+    pub count: i64,
+    pub oldest: String,
+}
+
+/// Seconds as people read an age: `42 s`, `7 min`, `3 h`, `2 d`.
+pub fn age(secs: impl std::borrow::Borrow<f64>) -> String {
+    let secs = *secs.borrow();
+    #[allow(clippy::cast_possible_truncation)]
+    let secs = secs.max(0.0).round() as i64;
+    match secs {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7200 => format!("{} min", s / 60),
+        s if s < 172_800 => format!("{} h", s / 3600),
+        s => format!("{} d", s / 86_400),
+    }
+}

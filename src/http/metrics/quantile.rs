@@ -1,0 +1,52 @@
+//! Quantiles estimated from a histogram's buckets, for the console.
+
+/// The value at quantile `q` of a histogram with `counts` per bucket of
+/// upper `bounds` (one count more: the overflow), interpolated linearly
+/// within the bucket that holds it.
+#[allow(clippy::cast_precision_loss)]
+pub fn quantile(bounds: &[f64], counts: &[u64], q: f64) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * total as f64;
+    let mut below = 0u64;
+    for (i, &count) in counts.iter().enumerate() {
+        if count > 0 && (below + count) as f64 >= rank {
+            let Some(&upper) = bounds.get(i) else {
+                return bounds.last().copied();
+            };
+            let lower = if i == 0 { 0.0 } else { bounds[i - 1] };
+            let within = (rank - below as f64) / count as f64;
+            return Some(lower + (upper - lower) * within);
+        }
+        below += count;
+    }
+    bounds.last().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantile;
+
+    const BOUNDS: [f64; 3] = [0.01, 0.1, 1.0];
+
+    #[test]
+    fn nothing_counted_has_no_quantile() {
+        assert_eq!(quantile(&BOUNDS, &[0, 0, 0, 0], 0.5), None);
+    }
+
+    #[test]
+    fn a_quantile_is_interpolated_within_its_bucket() {
+        // 10 under 10 ms, 10 between 10 and 100 ms.
+        let counts = [10, 10, 0, 0];
+        assert!((quantile(&BOUNDS, &counts, 0.5).unwrap() - 0.01).abs() < 1e-9);
+        assert!((quantile(&BOUNDS, &counts, 0.75).unwrap() - 0.055).abs() < 1e-9);
+        assert!((quantile(&BOUNDS, &counts, 1.0).unwrap() - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn past_the_last_bucket_answers_the_last_bound() {
+        assert_eq!(quantile(&BOUNDS, &[0, 0, 0, 5], 0.99), Some(1.0));
+    }
+}

@@ -1,0 +1,130 @@
+//! Reading and re-queueing rows by filter, as the console does: pending or
+//! dead rows by topic and error text, keyset-paginated by id, and a bulk
+//! retry that first counts what it would touch.
+
+use sqlx::PgPool;
+
+use super::Listed;
+
+/// Which undelivered rows: `dead`, `pending` (leased ones included), or
+/// both when `state` is `None`.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub dead: Option<bool>,
+    pub topic: Option<String>,
+    /// Rows whose last error contains this text, ignoring case.
+    pub error: Option<String>,
+}
+
+/// Up to `limit` undelivered rows matching `filter`, oldest first, after
+/// id `after` when given.
+pub async fn page(
+    pool: &PgPool,
+    filter: &Filter,
+    after: Option<i64>,
+    limit: i64,
+) -> Result<Vec<Listed>, sqlx::Error> {
+    sqlx::query_as!(
+        Listed,
+        r#"
+        select id, topic, provider, event_id, attempts,
+               case when dead_at is not null then 'dead'
+                    when locked_until > now() then 'leased'
+                    else 'pending' end as "state!",
+               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
+               to_char(available_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               last_error
+        from outbox
+        where delivered_at is null
+          and id > coalesce($4::bigint, 0)
+          and ($1::bool is null or (dead_at is not null) = $1)
+          and ($2::text is null or topic = $2)
+          and ($3::text is null or strpos(lower(coalesce(last_error, '')), lower($3)) > 0)
+        order by id
+        limit $5
+        "#,
+        filter.dead,
+        filter.topic,
+        filter.error,
+        after,
+        limit,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// The rows of one event, delivered or not, oldest first.
+pub async fn of_event(
+    pool: &PgPool,
+    provider: &str,
+    event_id: &str,
+) -> Result<Vec<Listed>, sqlx::Error> {
+    sqlx::query_as!(
+        Listed,
+        r#"
+        select id, topic, provider, event_id, attempts,
+               case when delivered_at is not null then 'delivered'
+                    when dead_at is not null then 'dead'
+                    when locked_until > now() then 'leased'
+                    else 'pending' end as "state!",
+               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
+               to_char(coalesce(delivered_at, dead_at, available_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               last_error
+        from outbox
+        where provider = $1 and event_id = $2
+        order by id
+        "#,
+        provider,
+        event_id,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// What a bulk retry of `filter`'s dead rows would touch: how many, and
+/// the highest id among them (the confirmed retry goes no further, so rows
+/// that die after the count are not swept in unseen).
+pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<(i64, Option<i64>), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select count(*) as "count!", max(id) as max_id
+        from outbox
+        where dead_at is not null and delivered_at is null
+          and ($1::text is null or topic = $1)
+          and ($2::text is null or strpos(lower(coalesce(last_error, '')), lower($2)) > 0)
+        "#,
+        filter.topic,
+        filter.error,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.count, row.max_id))
+}
+
+/// Re-queues the dead rows matching `filter` (and `id`, when given) with
+/// ids up to `max_id` for a fresh set of attempts; `attempts` keeps
+/// counting. Returns the ids re-queued.
+pub async fn retry_dead_matching(
+    pool: &PgPool,
+    filter: &Filter,
+    id: Option<i64>,
+    max_id: i64,
+) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        update outbox
+        set dead_at = null, requeued_attempts = attempts, available_at = now(), locked_until = null
+        where dead_at is not null and delivered_at is null and id <= $3
+          and ($4::bigint is null or id = $4)
+          and ($1::text is null or topic = $1)
+          and ($2::text is null or strpos(lower(coalesce(last_error, '')), lower($2)) > 0)
+        returning id
+        "#,
+        filter.topic,
+        filter.error,
+        max_id,
+        id,
+    )
+    .fetch_all(pool)
+    .await
+}

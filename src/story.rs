@@ -1,0 +1,77 @@
+//! Read-only accounts that cross tables: the story of one thing (an event,
+//! a payment or refund, a user, a subscription), as `webhookd explain`
+//! prints it and the console shows it. The events a subject names are found
+//! by `related_events` (a SQL function in the migrations), the one place
+//! that says what "related" means.
+
+use sqlx::PgPool;
+
+/// `subject`'s story as `(at, line)`, oldest first, in one statement: the
+/// events it is related to (as an event, payment, user or subscription id),
+/// what they wrote, and the payment, subscription and wallet rows it names.
+pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        with related as (select distinct provider, event_id from related_events($1)),
+        timeline (at, line) as (
+            select e.received_at,
+                   format('event %s %s (%s) %s, claimed: %s %s',
+                          e.provider, e.event_id, e.event_type,
+                          case e.received_via
+                              when 'sweep' then 'found by a sweep of the provider''s API'
+                              when 'import' then 'imported (applied before webhookd)'
+                              else 'received, signature verified' end,
+                          e.outcome, e.detail)
+            from processed_events e join related using (provider, event_id)
+            union all
+            select w.created_at,
+                   format('ledger entry #%s: %s %s %s for wallet %s/%s (natural key %s) by event %s',
+                          w.id, w.kind, w.amount_minor, w.currency, w.user_id, w.currency, w.source_ref, w.event_id)
+            from wallet_entries w join related using (provider, event_id)
+            union all
+            select o.created_at,
+                   format('outbox #%s %s written by event %s', o.id, o.topic, o.event_id)
+            from outbox o join related using (provider, event_id)
+            union all
+            select coalesce(o.delivered_at, o.dead_at, o.available_at),
+                   case when o.delivered_at is not null
+                            then format('outbox #%s delivered (webhook-id %s) after %s attempt(s)', o.id, o.id, o.attempts)
+                        when o.dead_at is not null
+                            then format('outbox #%s DEAD after %s attempt(s): %s', o.id, o.attempts, o.last_error)
+                        else format('outbox #%s pending: %s attempt(s) so far, next at this time%s', o.id, o.attempts,
+                                    coalesce(', last error: ' || o.last_error, ''))
+                   end
+            from outbox o join related using (provider, event_id)
+            union all
+            select p.updated_at,
+                   format('payment %s %s: %s, %s %s, refunded %s, user %s', p.provider, p.payment_id, p.status,
+                          p.amount_minor, p.currency, p.refunded_minor, coalesce(p.user_id, '-'))
+            from payments p
+            where p.payment_id = $1 or p.payment_ref = $1 or p.user_id = $1
+               or (p.provider, p.event_id) in (select provider, event_id from related)
+            union all
+            select s.updated_at,
+                   format('subscription %s %s: %s (plan %s) as of event %s', s.provider, s.subscription_id,
+                          s.status, coalesce(s.plan_id, '-'), s.event_id)
+            from subscriptions s
+            where s.subscription_id = $1 or s.user_id = $1
+            union all
+            select d.created_at, format('event %s %s deferred: waits for %s', d.provider, d.event_id, d.waits_for)
+            from deferred_events d join related using (provider, event_id)
+            union all
+            select w.updated_at, format('wallet %s/%s balance %s', w.user_id, w.currency, w.balance_minor)
+            from wallets w
+            where w.user_id = $1
+               or (w.user_id, w.currency) in (select e.user_id, e.currency from wallet_entries e
+                                              join related using (provider, event_id))
+        )
+        select to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "at!", line as "line!"
+        from timeline
+        order by at, line
+        "#,
+        subject,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|row| (row.at, row.line)).collect())
+}

@@ -1,0 +1,85 @@
+//! The console on the admin listener: where it is served and who may see it.
+
+use reqwest::StatusCode;
+use sqlx::PgPool;
+use webhookd::clock::Clock;
+use webhookd::config::{AdminListen, AdminToken};
+
+use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+
+pub const TOKEN: &str = "console-token-for-the-tests-0123";
+
+/// An app whose console is on, with the token above.
+pub async fn console_app(pool: PgPool, clock: Clock) -> TestApp {
+    spawn_app_with(pool, clock, |settings| {
+        settings.admin.admin_token = AdminToken::new(TOKEN);
+    })
+    .await
+}
+
+impl TestApp {
+    pub fn admin(&self, path: &str) -> String {
+        format!(
+            "{}{path}",
+            self.admin_address
+                .as_deref()
+                .expect("the admin listener is on")
+        )
+    }
+}
+
+#[sqlx::test]
+async fn the_console_is_on_the_admin_listener_only_and_off_without_a_token(pool: PgPool) {
+    let app = console_app(pool.clone(), Clock::System).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let public = client
+        .get(format!("{}/console", app.address))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        public.status(),
+        StatusCode::NOT_FOUND,
+        "never on the public listener"
+    );
+    let admin = client
+        .get(app.admin("/console"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(admin.status(), StatusCode::OK);
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let response = client.get(app.admin(path)).send().await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{path} on the admin listener"
+        );
+    }
+
+    let off = spawn_app(pool.clone()).await;
+    let response = client
+        .get(off.admin("/console"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::NOT_FOUND,
+        "no token: no console"
+    );
+    let response = client.get(off.admin("/healthz")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let none = spawn_app_with(pool, Clock::System, |s| {
+        s.admin.admin_listen = AdminListen(None)
+    })
+    .await;
+    assert!(none.admin_address.is_none());
+}
