@@ -28,9 +28,9 @@ use crate::ingest::batch::BatchStats;
 use crate::outbox::store;
 use crate::outbox::worker::DrainerStats;
 use crate::sweep::schedule::SweepStats;
-use quantile::quantile;
+use quantile::Buckets;
 
-mod quantile;
+pub mod quantile;
 
 const REQUESTS: &str = "webhookd_http_requests_total";
 const EVENTS: &str = "webhookd_events_total";
@@ -148,10 +148,9 @@ pub struct Metrics {
     requests: AtomicU64,
     deliveries: Option<Arc<DrainerStats>>,
     sweeps: Option<Arc<SweepStats>>,
-    /// The ingest latency histogram's counts again, every provider
-    /// together, for the console's quantiles (the recorder keeps its own
-    /// only as text).
-    latency: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    /// The ingest latency histogram again, every provider together, for
+    /// the console's quantiles (the recorder keeps its own only as text).
+    latency: Buckets,
 }
 
 impl Default for Metrics {
@@ -175,7 +174,7 @@ impl Metrics {
             requests: AtomicU64::new(0),
             deliveries: workers.deliveries,
             sweeps: workers.sweeps,
-            latency: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency: Buckets::new(&LATENCY_BUCKETS),
         }
     }
 
@@ -216,29 +215,12 @@ impl Metrics {
         self.recorder
             .register_histogram(&key, &METADATA)
             .record(elapsed.as_secs_f64());
-        let bucket = LATENCY_BUCKETS
-            .iter()
-            .position(|&bound| elapsed.as_secs_f64() <= bound)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.latency[bucket].fetch_add(1, Ordering::Relaxed);
+        self.latency.record(elapsed.as_secs_f64());
     }
 
-    /// The ingest latency at quantile `q` (0 to 1) since start, in
-    /// seconds, interpolated within its bucket as Prometheus's
-    /// `histogram_quantile` does; `None` before the first delivery. Past the
-    /// last bucket it answers the last bound.
-    pub fn ingest_quantile(&self, q: f64) -> Option<f64> {
-        let counts: Vec<u64> = self
-            .latency
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect();
-        quantile(&LATENCY_BUCKETS, &counts, q)
-    }
-
-    /// Deliveries timed since start.
-    pub fn ingest_count(&self) -> u64 {
-        self.latency.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    /// Every delivery's ingest latency since start (seconds).
+    pub fn ingest_latencies(&self) -> &Buckets {
+        &self.latency
     }
 
     /// Where the group commit records each batch's events

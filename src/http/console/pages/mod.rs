@@ -1,0 +1,186 @@
+//! The console's pages: reads only.
+
+mod events;
+mod outbox;
+
+pub use events::{event, events};
+pub use outbox::{OutboxQuery, bulk_retry, outbox};
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::response::Response;
+
+use super::Console;
+use super::auth::Actor;
+use super::chart;
+use super::views::{self, Chrome, SweepView, age, page};
+use crate::outbox::store;
+use crate::{ledger, payments, subscriptions, sweep};
+
+/// Rows a page shows at most.
+pub(super) const PAGE_ROWS: i64 = 50;
+/// A user's entries and payments shown at most.
+const USER_ROWS: i64 = 100;
+
+/// What a failed read answers: 503 when the database is down, which is the
+/// only way a read here fails.
+pub(super) fn failed(error: &sqlx::Error) -> Response {
+    tracing::warn!(%error, "a console read failed");
+    views::unavailable()
+}
+
+pub async fn overview(
+    State(console): State<Console>,
+    Extension(actor): Extension<Actor>,
+) -> Response {
+    let live = live(&console).await;
+    page(&views::Overview {
+        chrome: Chrome::new(&console, &actor, "overview"),
+        live,
+    })
+}
+
+/// The overview's figures alone, which its script fetches every few
+/// seconds.
+pub async fn overview_live(State(console): State<Console>) -> Response {
+    page(&live(&console).await)
+}
+
+/// Reads what the overview shows. A figure that cannot be read is left
+/// out (and the page says so) rather than failing the page.
+async fn live(console: &Console) -> views::Live {
+    let pool = &console.app.pool;
+    let now = console.app.clock.now();
+    let hour = crate::events::counts_by_outcome(pool, now / 60 * 60 - 59 * 60, 60).await;
+    let day = crate::events::counts_by_outcome(pool, now / 900 * 900 - 95 * 900, 900).await;
+    let metrics = &console.app.metrics;
+    let batches = console.app.ingestor.batch_stats();
+    let batch_count = batches.batches.load(std::sync::atomic::Ordering::Relaxed);
+    let batched = batches.events.load(std::sync::atomic::Ordering::Relaxed);
+    #[allow(clippy::cast_precision_loss)]
+    let mean_batch = if batch_count == 0 {
+        "-".to_owned()
+    } else {
+        format!("{:.1}", batched as f64 / batch_count as f64)
+    };
+    let ms = |q: f64| {
+        metrics
+            .ingest_latencies()
+            .quantile(q)
+            .map(|s| format!("{:.1}", s * 1000.0))
+    };
+    views::Live {
+        as_of: humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(now).unwrap_or(0)),
+        )
+        .to_string(),
+        outbox: store::depth(pool).await.ok(),
+        deferred: crate::events::deferred_depth(pool).await.ok(),
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        timed: metrics.ingest_latencies().count(),
+        batches: batch_count,
+        mean_batch,
+        fallbacks: batches.fallbacks.load(std::sync::atomic::Ordering::Relaxed),
+        sweeps: sweep::store::runs(pool)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(sweep_view)
+            .collect(),
+        charts: vec![
+            hour.ok().map(|c| chart::draw("Last hour", &c, now, 60, 60)),
+            day.ok().map(|c| chart::draw("Last day", &c, now, 96, 900)),
+        ],
+    }
+}
+
+fn sweep_view(run: sweep::store::Run) -> SweepView {
+    let (result, failed) = match &run.last_result {
+        Some(result) => match result.get("error").and_then(|e| e.as_str()) {
+            Some(error) => (format!("failed: {error}"), true),
+            None => (
+                format!(
+                    "{} recovered, {} already seen",
+                    result
+                        .get("recovered")
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0),
+                    result
+                        .get("already_seen")
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0),
+                ),
+                false,
+            ),
+        },
+        None => ("not run yet".to_owned(), false),
+    };
+    SweepView {
+        provider: run.provider,
+        last_run_at: run.last_run_at.unwrap_or_else(|| "-".to_owned()),
+        last_success_at: run.last_success_at.unwrap_or_else(|| "never".to_owned()),
+        result,
+        failed,
+    }
+}
+
+pub async fn user(
+    State(console): State<Console>,
+    Extension(actor): Extension<Actor>,
+    Path(user_id): Path<String>,
+) -> Response {
+    let pool = &console.app.pool;
+    let reads = tokio::try_join!(
+        ledger::wallets_of_user(pool, &user_id),
+        ledger::entries_of_user(pool, &user_id, USER_ROWS),
+        payments::of_user(pool, &user_id, USER_ROWS),
+        subscriptions::rows(pool, Some(&user_id), None),
+    );
+    let (wallets, entries, payments, subscriptions) = match reads {
+        Ok(reads) => reads,
+        Err(error) => return failed(&error),
+    };
+    let mut chrome = Chrome::new(&console, &actor, "users");
+    chrome.search.clone_from(&user_id);
+    page(&views::UserPage {
+        chrome,
+        wallets: wallets
+            .into_iter()
+            .map(|w| {
+                let balance = crate::effects::decimal(w.balance_minor, &w.currency);
+                (w.currency, balance, w.updated_at)
+            })
+            .collect(),
+        entries: entries.into_iter().map(Into::into).collect(),
+        payments: payments.into_iter().map(Into::into).collect(),
+        subscriptions,
+        user_id,
+    })
+}
+
+pub async fn deferred(
+    State(console): State<Console>,
+    Extension(actor): Extension<Actor>,
+) -> Response {
+    let pool = &console.app.pool;
+    let (rows, (count, oldest)) = match tokio::try_join!(
+        crate::events::deferred(pool, 200),
+        crate::events::deferred_depth(pool)
+    ) {
+        Ok(reads) => reads,
+        Err(error) => return failed(&error),
+    };
+    page(&views::DeferredPage {
+        chrome: Chrome::new(&console, &actor, "deferred"),
+        rows,
+        count,
+        oldest: age(oldest),
+    })
+}
+
+/// An empty form field is no filter.
+pub(super) fn given(value: &str) -> Option<String> {
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_owned())
+}
