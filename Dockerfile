@@ -10,6 +10,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY .sqlx ./.sqlx
 COPY migrations ./migrations
 COPY src ./src
+# The console's templates, compiled into the binary.
+COPY templates ./templates
 # Declared targets must exist for Cargo to read the manifest.
 COPY tests ./tests
 COPY benches ./benches
@@ -23,9 +25,12 @@ RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin webh
     && chown 10001:10001 /var/lib/webhookd/paypal-certs
 COPY --from=build /usr/local/bin/webhookd /usr/local/bin/webhookd
 USER 10001:10001
+# The admin listener (console, metrics, health) on every interface of the
+# container: publish it on the host's loopback only (docker-compose.yml).
 ENV WEBHOOKD_LISTEN=0.0.0.0:8080 \
+    WEBHOOKD_ADMIN_LISTEN=0.0.0.0:9090 \
     WEBHOOKD_LOG_FORMAT=json
-EXPOSE 8080
+EXPOSE 8080 9090
 # No curl in the image: the binary checks itself.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=15s --retries=3 \
     CMD ["webhookd", "healthcheck"]

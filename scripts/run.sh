@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds webhookd, gets it a database, migrates, and serves on
-# WEBHOOKD_LISTEN (default 0.0.0.0:8080) until Ctrl-C or SIGTERM.
+# WEBHOOKD_LISTEN (default 0.0.0.0:8080) until Ctrl-C or SIGTERM; with
+# WEBHOOKD_ADMIN_TOKEN set, the console on WEBHOOKD_ADMIN_LISTEN
+# (default 127.0.0.1:9090).
 #
 # Reads ./.env when present. With DATABASE_URL unset, keeps a local Postgres
 # cluster in WEBHOOKD_PGDATA (default ./.pgdata; as root, /var/tmp/webhookd-pgdata),
@@ -33,6 +35,13 @@ if [ -z "${STRIPE_WEBHOOK_SECRET:-}" ]; then
     log "STRIPE_WEBHOOK_SECRET is not set: /webhooks/stripe will answer 404."
     log "With the Stripe CLI: run 'stripe listen --forward-to localhost:8080/webhooks/stripe',"
     log "then STRIPE_WEBHOOK_SECRET=<the whsec_... it prints> scripts/run.sh"
+fi
+
+admin=${WEBHOOKD_ADMIN_LISTEN:-127.0.0.1:9090}
+if [ -z "${WEBHOOKD_ADMIN_TOKEN:-}" ]; then
+    log "the console is off: WEBHOOKD_ADMIN_TOKEN=\$(openssl rand -hex 32) scripts/run.sh turns it on"
+elif [ "$admin" != off ]; then
+    log "console: http://$admin/console (log in with WEBHOOKD_ADMIN_TOKEN)"
 fi
 
 # Run in the foreground but keep this shell alive to stop the cluster after;
