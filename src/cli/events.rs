@@ -44,7 +44,11 @@ async fn list(
     limit: i64,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    for e in events::list(pool, provider, limit).await? {
+    let filter = events::Filter {
+        provider: provider.map(str::to_owned),
+        ..events::Filter::default()
+    };
+    for e in events::page(pool, &filter, None, limit).await? {
         writeln!(
             out,
             "{}  {:<10}  {:<32}  {:<34}  {:<10}  {}",

@@ -59,7 +59,7 @@ pub struct Row {
     pub event_type: String,
     pub outcome: String,
     pub received_via: String,
-    /// To the second, for people.
+    /// To the millisecond, for people.
     pub received_at: String,
     /// To the microsecond, for the next page's [`Cursor`].
     pub cursor_at: String,
@@ -89,7 +89,7 @@ pub async fn page(
                 Row,
                 r#"
                 select provider, event_id, event_type, outcome, received_via,
-                       to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "received_at!",
+                       to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
                        to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "cursor_at!"
                 from processed_events
                 where received_at >= coalesce(to_timestamp($5::float8), '-infinity')
@@ -122,7 +122,7 @@ pub async fn page(
                 Row,
                 r#"
                 select e.provider, e.event_id, e.event_type, e.outcome, e.received_via,
-                       to_char(e.received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "received_at!",
+                       to_char(e.received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
                        to_char(e.received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "cursor_at!"
                 from processed_events e
                 join (select distinct r.provider, r.event_id from related_events($11) r) r

@@ -3,42 +3,6 @@
 use serde_json::Value;
 use sqlx::PgPool;
 
-/// One line of `webhookd events list`.
-#[derive(Debug, Clone)]
-pub struct Summary {
-    pub provider: String,
-    pub event_id: String,
-    pub event_type: String,
-    pub outcome: String,
-    pub received_at: String,
-    /// `webhook`, `sweep` or `import`.
-    pub received_via: String,
-}
-
-/// The newest events first, optionally of one provider.
-pub async fn list(
-    pool: &PgPool,
-    provider: Option<&str>,
-    limit: i64,
-) -> Result<Vec<Summary>, sqlx::Error> {
-    sqlx::query_as!(
-        Summary,
-        r#"
-        select provider, event_id, event_type, outcome,
-               to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
-               received_via
-        from processed_events
-        where $1::text is null or provider = $1
-        order by received_at desc
-        limit $2
-        "#,
-        provider,
-        limit,
-    )
-    .fetch_all(pool)
-    .await
-}
-
 /// A stored event with everything kept about it.
 #[derive(Debug, Clone)]
 pub struct Stored {

@@ -126,28 +126,14 @@ pub struct Listed {
     pub last_error: Option<String>,
 }
 
-/// Rows not delivered yet (pending or dead), or only the dead ones, oldest first.
+/// Rows not delivered yet (pending or dead), or only the dead ones, oldest
+/// first: the console's first page of that filter.
 pub async fn list(pool: &PgPool, dead_only: bool, limit: i64) -> Result<Vec<Listed>, sqlx::Error> {
-    sqlx::query_as!(
-        Listed,
-        r#"
-        select id, topic, provider, event_id, attempts,
-               case when dead_at is not null then 'dead'
-                    when locked_until > now() then 'leased'
-                    else 'pending' end as "state!",
-               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
-               to_char(available_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
-               last_error
-        from outbox
-        where delivered_at is null and (dead_at is not null or not $1)
-        order by id
-        limit $2
-        "#,
-        dead_only,
-        limit,
-    )
-    .fetch_all(pool)
-    .await
+    let filter = browse::Filter {
+        dead: dead_only.then_some(true),
+        ..browse::Filter::default()
+    };
+    browse::page(pool, &filter, None, limit).await
 }
 
 /// Re-queues dead rows (`id`, or all of them with `None`) for a fresh set of
