@@ -33,6 +33,12 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
                    format('outbox #%s %s written by event %s', o.id, o.topic, o.event_id)
             from outbox o join related using (provider, event_id)
             union all
+            select a.at,
+                   format('outbox #%s attempt %s failed%s: %s', a.outbox_id, a.attempt,
+                          case a.outcome when 'dead' then ', no attempts left' else ', retried later' end,
+                          a.error)
+            from outbox o join related using (provider, event_id) join outbox_attempts a on a.outbox_id = o.id
+            union all
             select coalesce(o.delivered_at, o.dead_at, o.available_at),
                    case when o.delivered_at is not null
                             then format('outbox #%s delivered (webhook-id %s) after %s attempt(s)', o.id, o.id, o.attempts)

@@ -74,6 +74,21 @@ async fn retry_after_lengthens_the_backoff_never_shortens_it_and_may_be_a_date(p
         );
     }
     assert_eq!(sink.received().len(), 5);
+    // Every failed attempt is kept, in order, with its error and time.
+    let kept: Vec<(i32, String, String, i64)> = sqlx::query_as(
+        "select attempt, outcome, error, extract(epoch from at)::int8 from outbox_attempts
+         where outbox_id = $1 order by attempt",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let attempts: Vec<i32> = kept.iter().map(|k| k.0).collect();
+    assert_eq!(attempts, [1, 2, 3, 4, 5]);
+    assert!(kept.iter().all(|k| k.1 == "retry"), "{kept:?}");
+    assert!(kept[0].2.contains("503"), "{kept:?}");
+    assert!(kept[4].2.contains("429"), "{kept:?}");
+    assert_eq!(kept[2].3, t0 + 20, "recorded at the drainer's clock");
 }
 
 #[sqlx::test]

@@ -229,6 +229,8 @@ pub struct EventPage {
     pub payments: Vec<PaymentView>,
     pub subscriptions: Vec<subscriptions::Row>,
     pub outbox: Vec<Listed>,
+    /// The failed attempts of those rows.
+    pub attempts: Vec<crate::outbox::store::browse::FailedAttempt>,
     pub story: Vec<(String, String)>,
     pub notice: Option<String>,
     pub can_replay: bool,

@@ -128,3 +128,37 @@ pub async fn retry_dead_matching(
     .fetch_all(pool)
     .await
 }
+
+/// One failed delivery attempt.
+#[derive(Debug, Clone)]
+pub struct FailedAttempt {
+    pub outbox_id: i64,
+    pub attempt: i32,
+    pub at: String,
+    /// `retry` or `dead`.
+    pub outcome: String,
+    pub error: String,
+}
+
+/// The failed attempts of one event's rows, in order.
+pub async fn failed_attempts_of_event(
+    pool: &PgPool,
+    provider: &str,
+    event_id: &str,
+) -> Result<Vec<FailedAttempt>, sqlx::Error> {
+    sqlx::query_as!(
+        FailedAttempt,
+        r#"
+        select a.outbox_id, a.attempt,
+               to_char(a.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "at!",
+               a.outcome, a.error
+        from outbox o join outbox_attempts a on a.outbox_id = o.id
+        where o.provider = $1 and o.event_id = $2
+        order by a.outbox_id, a.attempt
+        "#,
+        provider,
+        event_id,
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -228,7 +228,8 @@ pub struct Settled {
 
 /// Records many outcomes in one statement; returns the ids recorded. A row
 /// missing from the answer was leased again since (our lease expired):
-/// nothing of it is overwritten.
+/// nothing of it is overwritten. Each failed attempt is also kept, with its
+/// error, in `outbox_attempts`.
 pub async fn record_many(
     pool: &PgPool,
     settled: &[Settled],
@@ -258,20 +259,30 @@ pub async fn record_many(
         settled as (
             select * from unnest($1::int8[], $2::int4[], $3::text[], $4::float8[], $5::text[])
                 as s(id, attempts, outcome, after_secs, error)
+        ),
+        recorded as (
+            update outbox o
+            set delivered_at = case when s.outcome = 'delivered' then clock.now end,
+                dead_at = case when s.outcome = 'dead' then clock.now end,
+                available_at = case when s.outcome = 'retry'
+                                    then clock.now + make_interval(secs => s.after_secs)
+                                    else o.available_at end,
+                last_error = case when s.outcome = 'released' then o.last_error else s.error end,
+                attempts = case when s.outcome = 'released' then o.attempts - 1 else o.attempts end,
+                locked_until = null
+            from settled s, clock
+            where o.id = s.id and o.attempts = s.attempts
+              and o.delivered_at is null and o.dead_at is null
+            returning o.id
+        ),
+        failed as (
+            insert into outbox_attempts (outbox_id, attempt, at, outcome, error)
+            select s.id, s.attempts, clock.now, s.outcome, coalesce(s.error, '')
+            from settled s join recorded r on r.id = s.id, clock
+            where s.outcome in ('retry', 'dead')
+            on conflict (outbox_id, attempt) do nothing
         )
-        update outbox o
-        set delivered_at = case when s.outcome = 'delivered' then clock.now end,
-            dead_at = case when s.outcome = 'dead' then clock.now end,
-            available_at = case when s.outcome = 'retry'
-                                then clock.now + make_interval(secs => s.after_secs)
-                                else o.available_at end,
-            last_error = case when s.outcome = 'released' then o.last_error else s.error end,
-            attempts = case when s.outcome = 'released' then o.attempts - 1 else o.attempts end,
-            locked_until = null
-        from settled s, clock
-        where o.id = s.id and o.attempts = s.attempts
-          and o.delivered_at is null and o.dead_at is null
-        returning o.id
+        select id as "id!" from recorded
         "#,
         &ids,
         &attempts,

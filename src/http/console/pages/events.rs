@@ -175,9 +175,10 @@ pub async fn event(
         payments::of_event(pool, &provider, &event_id),
         subscriptions::rows(pool, None, Some((&provider, &event_id))),
         browse::of_event(pool, &provider, &event_id),
+        browse::failed_attempts_of_event(pool, &provider, &event_id),
         story::timeline(pool, &event_id),
     );
-    let (entries, payments, subscriptions, outbox, story) = match reads {
+    let (entries, payments, subscriptions, outbox, attempts, story) = match reads {
         Ok(reads) => reads,
         Err(error) => return failed(&error),
     };
@@ -210,6 +211,7 @@ pub async fn event(
         payments: payments.into_iter().map(Into::into).collect(),
         subscriptions,
         outbox,
+        attempts,
         story,
         notice,
     })
