@@ -37,6 +37,15 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
         problems.push(format!("{error:#}"));
     }
     problems.extend(paypal_problems(settings));
+    if let Some(admin) = settings.admin.admin_listen.0
+        && admin == settings.listen
+        && admin.port() != 0
+    {
+        problems.push(
+            "WEBHOOKD_ADMIN_LISTEN is the same address as WEBHOOKD_LISTEN: the console must not be on the public listener"
+                .into(),
+        );
+    }
     let outbox = &settings.outbox;
     if settings.role.drains() {
         if set(&outbox.sink_url).is_some() && set(&outbox.sink_secret).is_none() {
@@ -202,6 +211,7 @@ mod tests {
         let mut settings = ServeSettings::default();
         settings.outbox.sink_url = Some("https://example.com/hook".to_owned().into());
         settings.outbox.outbox_lease = settings.outbox.sink_timeout;
+        settings.admin.admin_listen = crate::config::AdminListen(Some(settings.listen));
         let database = DatabaseSettings {
             database_url: None,
             db_max_connections: 4,
@@ -213,6 +223,7 @@ mod tests {
             "DATABASE_URL is not set",
             "WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not",
             "WEBHOOKD_OUTBOX_LEASE must exceed WEBHOOKD_SINK_TIMEOUT",
+            "WEBHOOKD_ADMIN_LISTEN is the same address as WEBHOOKD_LISTEN",
         ] {
             assert!(error.contains(problem), "{problem} missing from: {error}");
         }

@@ -16,9 +16,13 @@ use crate::ingest::{self, ReplayRefused};
 use crate::outbox::store::{self, browse};
 use crate::telemetry::bounded;
 
-/// Where a login may send the browser: a console page, never elsewhere.
+/// Where a login (or an action) may send the browser: a console page,
+/// never elsewhere, and only as printable ASCII (a `Location` header).
 fn safe_next(next: &str) -> &str {
-    let local = next.starts_with("/console") && !next.contains("//") && !next.contains('\\');
+    let local = next.starts_with("/console")
+        && !next.contains("//")
+        && !next.contains('\\')
+        && next.bytes().all(|b| b.is_ascii_graphic());
     if local { next } else { "/console" }
 }
 
@@ -266,4 +270,28 @@ pub async fn bulk_retry(
         requeued.len()
     ))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn only_console_pages_are_followed() {
+        assert_eq!(
+            safe_next("/console/events?q=evt_1"),
+            "/console/events?q=evt_1"
+        );
+        for elsewhere in [
+            "//evil.example",
+            "https://evil.example/console",
+            "/console//evil.example",
+            "/console\\evil",
+            "/console\r\nSet-Cookie: x=1",
+            "/console/é",
+            "",
+        ] {
+            assert_eq!(safe_next(elsewhere), "/console", "{elsewhere:?}");
+        }
+    }
 }
