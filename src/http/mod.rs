@@ -86,7 +86,10 @@ pub fn admin_router(state: AppState, limits: Limits, console: Option<console::Au
             app: state.clone(),
             auth,
         };
-        routes = routes.nest_service("/console", console::router(console));
+        let console = console::router(console);
+        routes = routes
+            .route_service("/console", console.clone())
+            .route_service("/console/{*page}", console);
     }
     with_middleware(routes, state, limits)
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::auth::{Actor, COOKIE, Check};
 use super::pages::OutboxQuery;
 use super::views::{self, Login, page_with, query_value};
-use super::{Console, cookie};
+use super::{Console, EventPath, RowPath, cookie};
 use crate::ingest::{self, ReplayRefused};
 use crate::outbox::store::{self, browse};
 use crate::telemetry::bounded;
@@ -145,7 +145,7 @@ pub async fn log_out(
 pub async fn replay(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path((provider, event_id)): Path<(String, String)>,
+    Path(EventPath { provider, event_id }): Path<EventPath>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
     if !console.auth.csrf_ok(&actor, &form.csrf) {
@@ -202,7 +202,7 @@ pub struct RetryForm {
 pub async fn retry(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(id): Path<i64>,
+    Path(RowPath { id }): Path<RowPath>,
     Form(form): Form<RetryForm>,
 ) -> Response {
     if !console.auth.csrf_ok(&actor, &form.csrf) {

@@ -23,6 +23,25 @@ use super::AppState;
 pub use auth::Auth;
 use auth::{Actor, COOKIE, Check};
 
+/// A page's path parameters, by name: the admin router's own wildcard
+/// (`/console/{*page}`) travels with them, so they are read by name, never
+/// by position.
+#[derive(Debug, serde::Deserialize)]
+pub struct EventPath {
+    pub provider: String,
+    pub event_id: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct UserPath {
+    pub user_id: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct RowPath {
+    pub id: i64,
+}
+
 /// What the console's handlers share.
 #[derive(Clone, Debug)]
 pub struct Console {
@@ -34,38 +53,42 @@ const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; fram
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
 
-/// The routes under `/console`.
+/// The routes under `/console` (full paths: the admin router hands it
+/// `/console` and everything below as they are).
 pub fn router(console: Console) -> Router {
     let signed_in = Router::new()
-        .route("/", get(pages::overview))
-        .route("/live", get(pages::overview_live))
-        .route("/events", get(pages::events))
-        .route("/events/{provider}/{event_id}", get(pages::event))
+        .route("/console", get(pages::overview))
+        .route("/console/live", get(pages::overview_live))
+        .route("/console/events", get(pages::events))
+        .route("/console/events/{provider}/{event_id}", get(pages::event))
         .route(
-            "/events/{provider}/{event_id}/replay",
+            "/console/events/{provider}/{event_id}/replay",
             post(actions::replay),
         )
-        .route("/users/{user_id}", get(pages::user))
-        .route("/outbox", get(pages::outbox))
+        .route("/console/users/{user_id}", get(pages::user))
+        .route("/console/outbox", get(pages::outbox))
         .route(
-            "/outbox/retry",
+            "/console/outbox/retry",
             get(pages::bulk_retry).post(actions::bulk_retry),
         )
-        .route("/outbox/{id}/retry", post(actions::retry))
-        .route("/deferred", get(pages::deferred))
-        .route("/logout", post(actions::log_out))
+        .route("/console/outbox/{id}/retry", post(actions::retry))
+        .route("/console/deferred", get(pages::deferred))
+        .route("/console/logout", post(actions::log_out))
         .route_layer(middleware::from_fn_with_state(
             console.clone(),
             signed_in_only,
         ));
     Router::new()
-        .route("/login", get(actions::login_form).post(actions::log_in))
         .route(
-            "/static/console.css",
+            "/console/login",
+            get(actions::login_form).post(actions::log_in),
+        )
+        .route(
+            "/console/static/console.css",
             get(|| async { asset("text/css", CSS) }),
         )
         .route(
-            "/static/console.js",
+            "/console/static/console.js",
             get(|| async { asset("text/javascript", JS) }),
         )
         .merge(signed_in)

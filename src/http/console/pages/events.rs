@@ -6,10 +6,10 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::{PAGE_ROWS, failed, given};
-use crate::http::console::Console;
 use crate::http::console::auth::Actor;
 use crate::http::console::chart;
 use crate::http::console::views::{self, Chrome, EventFilterView, page, query_value};
+use crate::http::console::{Console, EventPath};
 use crate::outbox::store::browse;
 use crate::{events, ledger, payments, story, subscriptions};
 
@@ -159,7 +159,7 @@ pub struct Notice {
 pub async fn event(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path((provider, event_id)): Path<(String, String)>,
+    Path(EventPath { provider, event_id }): Path<EventPath>,
     Query(notice): Query<Notice>,
 ) -> Response {
     let pool = &console.app.pool;

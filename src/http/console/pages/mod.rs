@@ -10,10 +10,10 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
 
-use super::Console;
 use super::auth::Actor;
 use super::chart;
 use super::views::{self, Chrome, SweepView, age, page};
+use super::{Console, UserPath};
 use crate::outbox::store;
 use crate::{ledger, payments, subscriptions, sweep};
 
@@ -128,7 +128,7 @@ fn sweep_view(run: sweep::store::Run) -> SweepView {
 pub async fn user(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(user_id): Path<String>,
+    Path(UserPath { user_id }): Path<UserPath>,
 ) -> Response {
     let pool = &console.app.pool;
     let reads = tokio::try_join!(
