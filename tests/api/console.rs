@@ -1,9 +1,18 @@
-//! The console on the admin listener: where it is served and who may see it.
+//! The console on the admin listener, over real HTTP (redirects not
+//! followed) against a real database, its effects asserted in the tables:
+//! where it is served here; each area of the console in its own module.
+
+mod auth;
+mod browser;
+mod headers;
+mod logs;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
 use webhookd::config::{AdminListen, AdminToken};
+
+pub use browser::{Browser, Credentials, Page, encoded, no_redirects, session_cookie};
 
 use crate::helpers::{TestApp, spawn_app, spawn_app_with};
 
@@ -31,10 +40,7 @@ impl TestApp {
 #[sqlx::test]
 async fn the_console_is_on_the_admin_listener_only_and_off_without_a_token(pool: PgPool) {
     let app = console_app(pool.clone(), Clock::System).await;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let client = no_redirects();
     let public = client
         .get(format!("{}/console", app.address))
         .bearer_auth(TOKEN)
