@@ -4,8 +4,12 @@
 
 mod auth;
 mod browser;
+mod csrf;
+mod fixtures;
 mod headers;
 mod logs;
+mod outbox;
+mod replay;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;
@@ -13,6 +17,9 @@ use webhookd::clock::Clock;
 use webhookd::config::{AdminListen, AdminToken};
 
 pub use browser::{Browser, Credentials, Page, encoded, no_redirects, session_cookie};
+pub use fixtures::{
+    dead_ids, deferred_refund_with_its_credit_repaired, kill_due_rows, repaired_deferred_refund,
+};
 
 use crate::helpers::{TestApp, spawn_app, spawn_app_with};
 

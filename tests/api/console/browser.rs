@@ -72,6 +72,15 @@ impl Page {
             .unwrap_or_else(|| panic!("no csrf field in {}", self.body))
     }
 
+    /// The outbox row ids a table lists (`<td>#id</td>`), in order.
+    pub fn row_ids(&self) -> Vec<i64> {
+        self.body
+            .split("<td>#")
+            .skip(1)
+            .map(|cell| cell[..cell.find("</td>").unwrap()].parse().unwrap())
+            .collect()
+    }
+
     pub fn assert_status(&self, status: StatusCode, what: &str) -> &Self {
         assert_eq!(self.status, status, "{what}: {}", self.body);
         self
