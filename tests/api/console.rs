@@ -5,11 +5,15 @@
 mod auth;
 mod browser;
 mod csrf;
+mod escaping;
+mod events;
 mod fixtures;
 mod headers;
 mod logs;
 mod outbox;
+mod pages;
 mod replay;
+mod search;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;
@@ -18,7 +22,8 @@ use webhookd::config::{AdminListen, AdminToken};
 
 pub use browser::{Browser, Credentials, Page, encoded, no_redirects, session_cookie};
 pub use fixtures::{
-    dead_ids, deferred_refund_with_its_credit_repaired, kill_due_rows, repaired_deferred_refund,
+    dead_ids, deferred_refund_with_its_credit_repaired, deliver_razorpay, kill_due_rows,
+    razorpay_captured, razorpay_refund, repaired_deferred_refund,
 };
 
 use crate::helpers::{TestApp, spawn_app, spawn_app_with};

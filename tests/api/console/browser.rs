@@ -72,6 +72,28 @@ impl Page {
             .unwrap_or_else(|| panic!("no csrf field in {}", self.body))
     }
 
+    /// The `rel="next"` link's address, unescaped.
+    pub fn next_link(&self) -> Option<String> {
+        let start = self.body.find("rel=\"next\" href=\"")? + 17;
+        let href = &self.body[start..];
+        Some(unescape(&href[..href.find('"')?]))
+    }
+
+    /// The event ids of an events table, in the page's order.
+    pub fn event_ids(&self) -> Vec<String> {
+        let Some(table) = self.body.find("<table class=\"events\">") else {
+            return Vec::new();
+        };
+        self.body[table..]
+            .split("<td class=\"id\"><a href=\"/console/events/")
+            .skip(1)
+            .map(|cell| {
+                let text = &cell[cell.find("\">").unwrap() + 2..];
+                unescape(&text[..text.find("</a>").unwrap()])
+            })
+            .collect()
+    }
+
     /// The outbox row ids a table lists (`<td>#id</td>`), in order.
     pub fn row_ids(&self) -> Vec<i64> {
         self.body

@@ -1,11 +1,13 @@
 //! What the console's tests set up through the real paths: dead outbox
-//! rows, a deferred refund ready to replay.
+//! rows, a deferred refund ready to replay, Razorpay deliveries.
 
+use reqwest::StatusCode;
+use serde_json::{Value, json};
 use sqlx::PgPool;
 use webhookd::clock::Clock;
 
 use crate::drain_sink::TestSink;
-use crate::helpers::{TestApp, charge};
+use crate::helpers::{RAZORPAY_SECRETS, TestApp, charge, now};
 
 /// Delivers every outbox row now due to a sink that answers `status`,
 /// with a single attempt allowed: each dies with `HTTP {status}` as its
@@ -69,4 +71,51 @@ pub async fn repaired_deferred_refund(
     .execute(&app.pool)
     .await
     .unwrap();
+}
+
+/// Delivers a Razorpay event under `event_id` and expects `outcome`.
+pub async fn deliver_razorpay(app: &TestApp, event_id: &str, body: &str, outcome: &str) {
+    let signature = webhookd::providers::razorpay::signature(RAZORPAY_SECRETS.0, body.as_bytes());
+    let headers = [
+        ("x-razorpay-signature".to_owned(), signature),
+        ("x-razorpay-event-id".to_owned(), event_id.to_owned()),
+    ];
+    let response = app
+        .post_to("razorpay", body.as_bytes().to_vec(), &headers)
+        .await;
+    assert_eq!(response.status(), StatusCode::OK, "{body}");
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["outcome"], outcome, "{body}");
+}
+
+/// A Razorpay payment entity of user_1, in INR.
+fn razorpay_payment(payment: &str, amount: i64, refunded: i64) -> Value {
+    json!({ "entity": {
+        "id": payment, "entity": "payment", "amount": amount, "currency": "INR",
+        "status": "captured", "order_id": "order_1", "method": "upi",
+        "amount_refunded": refunded, "captured": true, "notes": {"user_id": "user_1"},
+        "created_at": now(),
+    }})
+}
+
+pub fn razorpay_captured(payment: &str, amount: i64) -> String {
+    json!({
+        "entity": "event", "account_id": "acc_1", "event": "payment.captured",
+        "contains": ["payment"], "created_at": now(),
+        "payload": { "payment": razorpay_payment(payment, amount, 0) },
+    })
+    .to_string()
+}
+
+pub fn razorpay_refund(refund: &str, payment: &str, amount: i64) -> String {
+    json!({
+        "entity": "event", "account_id": "acc_1", "event": "refund.processed",
+        "contains": ["refund", "payment"], "created_at": now(),
+        "payload": {
+            "refund": {"entity": {"id": refund, "entity": "refund", "amount": amount, "currency": "INR",
+                                  "payment_id": payment, "status": "processed", "notes": []}},
+            "payment": razorpay_payment(payment, 5000, amount),
+        },
+    })
+    .to_string()
 }
