@@ -16,9 +16,14 @@ use crate::ingest::{self, ReplayRefused};
 use crate::outbox::store::{self, browse};
 use crate::telemetry::bounded;
 
-/// Where a login may send the browser: a console page, never elsewhere.
+/// Where a login (or an action's way back) may send the browser: a
+/// console page, never elsewhere, and nothing a `Location` header cannot
+/// hold (a control character made `Redirect::to` panic: a 500).
 fn safe_next(next: &str) -> &str {
-    let local = next.starts_with("/console") && !next.contains("//") && !next.contains('\\');
+    let local = next.starts_with("/console")
+        && !next.contains("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control);
     if local { next } else { "/console" }
 }
 

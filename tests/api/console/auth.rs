@@ -289,6 +289,10 @@ async fn the_login_never_sends_the_browser_off_site(pool: PgPool) {
         "javascript:alert(1)",
         "evil.example",
         "",
+        // Not even a header's worth: never a broken redirect.
+        "/console\r\nSet-Cookie: webhookd_console=forged",
+        "/console/events\u{0}",
+        "/console/\u{7f}",
     ] {
         let login = anonymous
             .post("/console/login", &[("token", TOKEN), ("next", next)])

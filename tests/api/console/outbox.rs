@@ -189,6 +189,11 @@ async fn retrying_a_dead_row_requeues_it_for_a_fresh_set_of_attempts(pool: PgPoo
             "/console/events/stripe/evt_4?retried=0",
         ),
         (999_999, "https://evil.example/", "/console?retried=0"),
+        (
+            999_999,
+            "/console/outbox\r\nX-Injected: 1",
+            "/console?retried=0",
+        ),
     ] {
         let page = browser
             .post(
