@@ -1,9 +1,30 @@
-//! The console on the admin listener: where it is served and who may see it.
+//! The console on the admin listener, over real HTTP (redirects not
+//! followed) against a real database, its effects asserted in the tables:
+//! where it is served here; each area of the console in its own module.
+
+mod auth;
+mod browser;
+mod csrf;
+mod escaping;
+mod events;
+mod fixtures;
+mod headers;
+mod logs;
+mod outbox;
+mod pages;
+mod replay;
+mod search;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
 use webhookd::config::{AdminListen, AdminToken};
+
+pub use browser::{Browser, Credentials, Page, encoded, no_redirects, session_cookie};
+pub use fixtures::{
+    dead_ids, deferred_refund_with_its_credit_repaired, deliver_razorpay, kill_due_rows,
+    razorpay_captured, razorpay_refund, repaired_deferred_refund,
+};
 
 use crate::helpers::{TestApp, spawn_app, spawn_app_with};
 
@@ -31,10 +52,7 @@ impl TestApp {
 #[sqlx::test]
 async fn the_console_is_on_the_admin_listener_only_and_off_without_a_token(pool: PgPool) {
     let app = console_app(pool.clone(), Clock::System).await;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let client = no_redirects();
     let public = client
         .get(format!("{}/console", app.address))
         .bearer_auth(TOKEN)
