@@ -13,7 +13,8 @@ use crate::http::console::{Console, EventPath};
 use crate::outbox::store::browse;
 use crate::{events, ledger, payments, story, subscriptions};
 
-const VIAS: [&str; 4] = ["webhook", "sweep", "replay", "import"];
+/// How an event arrived (a replay keeps the way it first came).
+const VIAS: [&str; 3] = ["webhook", "sweep", "import"];
 
 /// The events page's query: the filter, and where the page starts.
 #[derive(Debug, Default, Deserialize)]
@@ -46,12 +47,13 @@ fn parse_time(value: &str) -> Result<Option<f64>, String> {
     let Some(value) = given(value) else {
         return Ok(None);
     };
+    let value = value.trim_end_matches(['Z', 'z']);
     let full = if value.len() == 16 {
         format!("{value}:00")
     } else {
-        value.clone()
+        value.to_owned()
     };
-    humantime::parse_rfc3339_weak(full.trim_end_matches('Z'))
+    humantime::parse_rfc3339_weak(&full)
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| Some(d.as_secs_f64()))
@@ -222,4 +224,26 @@ fn pretty(json: &str) -> String {
     serde_json::from_str::<serde_json::Value>(json)
         .and_then(|v| serde_json::to_string_pretty(&v))
         .unwrap_or_else(|_| json.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    #[test]
+    fn a_form_time_is_utc_with_or_without_seconds_and_zone() {
+        let at = 1_796_139_000.0;
+        for written in [
+            "2026-12-01T15:30",
+            "2026-12-01T15:30Z",
+            "2026-12-01T15:30:00",
+            "2026-12-01T15:30:00Z",
+            " 2026-12-01 15:30:00 ",
+        ] {
+            assert_eq!(parse_time(written), Ok(Some(at)), "{written:?}");
+        }
+        assert_eq!(parse_time(""), Ok(None));
+        assert!(parse_time("yesterday").is_err());
+        assert!(parse_time("2026-13-01T15:30").is_err());
+    }
 }
