@@ -33,6 +33,9 @@ pub struct Console {
 const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
+/// The pages name their icon: without one, browsers ask for /favicon.ico,
+/// which the admin listener does not serve.
+const ICON: &str = include_str!("assets/favicon.svg");
 
 /// The routes under `/console`.
 pub fn router(console: Console) -> Router {
@@ -67,6 +70,10 @@ pub fn router(console: Console) -> Router {
         .route(
             "/static/console.js",
             get(|| async { asset("text/javascript", JS) }),
+        )
+        .route(
+            "/static/favicon.svg",
+            get(|| async { asset("image/svg+xml", ICON) }),
         )
         .merge(signed_in)
         .fallback(|| async { views::not_found("No such page.") })
