@@ -73,8 +73,19 @@ impl Drop for Driver {
 
 impl Driver {
     /// Starts chromedriver on a free port and waits (bounded) until its
-    /// `/status` says it is ready.
+    /// `/status` says it is ready. A port taken between the probe and
+    /// chromedriver's bind is given up for another, a few times.
     async fn start(installed: &Installed, http: &reqwest::Client) -> Driver {
+        for _ in 0..3 {
+            if let Some(driver) = Driver::try_start(installed, http).await {
+                return driver;
+            }
+        }
+        panic!("chromedriver exited at start, three times");
+    }
+
+    /// `None` when chromedriver exits before it is ready.
+    async fn try_start(installed: &Installed, http: &reqwest::Client) -> Option<Driver> {
         let port = {
             let probe = TcpListener::bind("127.0.0.1:0").expect("a free port");
             probe.local_addr().unwrap().port()
@@ -92,8 +103,8 @@ impl Driver {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(status) = driver.child.try_wait().unwrap() {
-                panic!("chromedriver exited at start: {status}");
+            if driver.child.try_wait().unwrap().is_some() {
+                return None;
             }
             let ready = http
                 .get(format!("{}/status", driver.base))
@@ -105,7 +116,7 @@ impl Driver {
                 && let Ok(body) = body.await
                 && body["value"]["ready"] == true
             {
-                return driver;
+                return Some(driver);
             }
             assert!(
                 Instant::now() < deadline,
