@@ -8,6 +8,25 @@ require_cargo() {
     command -v cargo >/dev/null 2>&1 || die "cargo is not installed; install Rust with rustup (https://rustup.rs) and rerun"
 }
 
+# Chromium and chromedriver, for the console's browser test: installs
+# Debian's packages when either is missing (as root, else with sudo -n).
+require_browser() {
+    command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
+    local packages="chromium chromium-driver" sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo -n true 2>/dev/null \
+            || die "Chromium and chromedriver are needed for the browser test: install $packages (Debian) or run as root"
+        sudo="sudo -n"
+    fi
+    command -v apt-get >/dev/null 2>&1 \
+        || die "Chromium and chromedriver are needed for the browser test: install them (Debian: $packages)"
+    log "installing Chromium and chromedriver (Debian packages $packages)"
+    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >&2 \
+        || die "could not install $packages"
+    command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
+        || die "$packages installed, yet chromium or chromedriver is not on PATH"
+}
+
 # Directory holding initdb, pg_ctl and postgres; installs Debian's
 # PostgreSQL server package when none is present and we are root.
 pg_bindir() {

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 require_cargo
+require_browser
+# The console's browser test fails, rather than skips, without Chromium.
+export WEBHOOKD_BROWSER_TESTS=required
 export SQLX_OFFLINE=true   # queries are checked against the committed .sqlx data
 export RUST_BACKTRACE=${RUST_BACKTRACE:-0}
 

@@ -1,6 +1,7 @@
 mod arbitrary;
 mod batch;
 mod batch_mixed;
+mod browser;
 mod console;
 mod drain_cli;
 mod drain_memory;

@@ -52,6 +52,9 @@ pub struct Console {
 const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
+/// The pages name their icon: without one, browsers ask for /favicon.ico,
+/// which the admin listener does not serve.
+const ICON: &str = include_str!("assets/favicon.svg");
 
 /// The routes under `/console` (full paths: the admin router hands it
 /// `/console` and everything below as they are).
@@ -90,6 +93,10 @@ pub fn router(console: Console) -> Router {
         .route(
             "/console/static/console.js",
             get(|| async { asset("text/javascript", JS) }),
+        )
+        .route(
+            "/static/favicon.svg",
+            get(|| async { asset("image/svg+xml", ICON) }),
         )
         .merge(signed_in)
         .fallback(|| async { views::not_found("No such page.") })
