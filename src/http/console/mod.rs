@@ -95,7 +95,7 @@ pub fn router(console: Console) -> Router {
             get(|| async { asset("text/javascript", JS) }),
         )
         .route(
-            "/static/favicon.svg",
+            "/console/static/favicon.svg",
             get(|| async { asset("image/svg+xml", ICON) }),
         )
         .merge(signed_in)
