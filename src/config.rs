@@ -18,7 +18,7 @@ mod paypal;
 mod sources;
 mod sweep;
 use crate::secrets::{Secrets, parse_secrets};
-pub use admin::{AdminArgs, AdminListen, AdminToken, MIN_TOKEN_CHARS};
+pub use admin::{AdminArgs, AdminListen, AdminToken, DEFAULT_ADMIN_LISTEN, MIN_TOKEN_CHARS};
 pub use connections::ConnectionSettings;
 pub use outbox::{OutboxOrder, OutboxSettings};
 pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
@@ -222,8 +222,8 @@ mod tests {
         assert_eq!(serve.tolerance_secs, 300);
         assert_eq!(serve.max_body_bytes, 2 * 1024 * 1024);
         assert_eq!(
-            serve.admin.admin_listen,
-            AdminListen(Some("127.0.0.1:9090".parse().unwrap()))
+            serve.admin.listen(),
+            (Some("127.0.0.1:9090".parse().unwrap()), false)
         );
         assert!(
             serve.admin.admin_token.0.is_none(),

@@ -165,7 +165,7 @@ pub async fn counts_by_outcome(
 ) -> Result<Vec<(i64, String, i64)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"
-        select (extract(epoch from received_at)::bigint / $2) * $2 as "bucket!",
+        select (floor(extract(epoch from received_at))::bigint / $2) * $2 as "bucket!",
                outcome, count(*) as "count!"
         from processed_events
         where received_at >= to_timestamp($1::bigint)

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::{Extension, Router};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -75,9 +76,15 @@ pub async fn serve(
             drop(stream);
             continue;
         };
+        // Handlers may ask who connected (the console's failure buckets).
+        let peer = stream.peer_addr().ok();
+        let service = match peer {
+            Some(peer) => router.clone().layer(Extension(ConnectInfo(peer))),
+            None => router.clone(),
+        };
         let connection = http.serve_connection(
             TokioIo::new(WriteTimeout::new(stream, limits.write_timeout)),
-            TowerToHyperService::new(router.clone()),
+            TowerToHyperService::new(service),
         );
         connections.spawn(serve_connection(connection, shutdown.clone(), slot));
     }

@@ -139,7 +139,11 @@ pub async fn list(pool: &PgPool, dead_only: bool, limit: i64) -> Result<Vec<List
 /// Re-queues dead rows (`id`, or all of them with `None`) for a fresh set of
 /// attempts; `attempts` keeps counting. Returns the ids re-queued.
 pub async fn retry_dead(pool: &PgPool, id: Option<i64>) -> Result<Vec<i64>, sqlx::Error> {
-    browse::retry_dead_matching(pool, &browse::Filter::default(), id, i64::MAX).await
+    let bound = browse::Bound {
+        id,
+        ..browse::Bound::default()
+    };
+    browse::retry_dead_matching(pool, &browse::Filter::default(), &bound).await
 }
 
 /// Gauges for monitoring: rows waiting, the age of the oldest, rows dead.

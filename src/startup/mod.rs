@@ -149,13 +149,27 @@ async fn admin(
     state: &AppState,
     limits: Limits,
 ) -> anyhow::Result<Option<(TcpListener, axum::Router)>> {
-    let Some(address) = settings.admin.admin_listen.0 else {
+    let (Some(address), asked) = settings.admin.listen() else {
         tracing::info!("the admin listener is off (WEBHOOKD_ADMIN_LISTEN=off)");
         return Ok(None);
     };
-    let listener = TcpListener::bind(address).await.with_context(|| {
-        format!("cannot listen on {address} for the admin listener (set WEBHOOKD_ADMIN_LISTEN to another address, or to off)")
-    })?;
+    let listener = match TcpListener::bind(address).await {
+        Ok(listener) => listener,
+        // Left at its default, the port may be another process's (a second
+        // webhookd on the host, from before the admin listener existed).
+        Err(error) if !asked && error.kind() == std::io::ErrorKind::AddrInUse => {
+            tracing::warn!(
+                %address,
+                "the admin listener did not start: its default address is in use (set WEBHOOKD_ADMIN_LISTEN to another address, or to off)"
+            );
+            return Ok(None);
+        }
+        Err(error) => {
+            return Err(error).with_context(|| {
+                format!("cannot listen on {address} for the admin listener (set WEBHOOKD_ADMIN_LISTEN to another address, or to off)")
+            });
+        }
+    };
     let bound = listener.local_addr()?;
     let console = settings.admin.admin_token.0.as_ref().map(|token| {
         http::console::Auth::new(token, settings.admin.admin_session_ttl, state.clock.clone())

@@ -37,15 +37,7 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
         problems.push(format!("{error:#}"));
     }
     problems.extend(paypal_problems(settings));
-    if let Some(admin) = settings.admin.admin_listen.0
-        && admin == settings.listen
-        && admin.port() != 0
-    {
-        problems.push(
-            "WEBHOOKD_ADMIN_LISTEN is the same address as WEBHOOKD_LISTEN: the console must not be on the public listener"
-                .into(),
-        );
-    }
+    problems.extend(admin_problems(&settings.admin, settings.listen));
     let outbox = &settings.outbox;
     if settings.role.drains() {
         if set(&outbox.sink_url).is_some() && set(&outbox.sink_secret).is_none() {
@@ -65,6 +57,36 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
         many => anyhow::bail!("invalid configuration:\n  - {}", many.join("\n  - ")),
     }
 }
+
+/// What is wrong with the admin listener's settings. The token is never
+/// quoted, only its length.
+fn admin_problems(admin: &crate::config::AdminArgs, listen: std::net::SocketAddr) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let (Some(address), _) = admin.listen()
+        && address == listen
+        && address.port() != 0
+    {
+        problems.push(
+            "WEBHOOKD_ADMIN_LISTEN is the same address as WEBHOOKD_LISTEN: the console must not be on the public listener"
+                .into(),
+        );
+    }
+    if let Some(chars) = admin.admin_token.chars()
+        && chars < crate::config::MIN_TOKEN_CHARS
+    {
+        problems.push(format!(
+            "WEBHOOKD_ADMIN_TOKEN is too short ({chars} characters): use at least {}, e.g. `openssl rand -hex 32`",
+            crate::config::MIN_TOKEN_CHARS
+        ));
+    }
+    if admin.admin_session_ttl < MIN_SESSION_TTL {
+        problems.push("WEBHOOKD_ADMIN_SESSION_TTL must be at least 1m".into());
+    }
+    problems
+}
+
+/// The shortest console login allowed: shorter ones expire as they start.
+const MIN_SESSION_TTL: Duration = Duration::from_secs(60);
 
 /// What is wrong with PayPal's settings, if it is mounted.
 fn paypal_problems(settings: &ServeSettings) -> Vec<String> {
@@ -211,7 +233,9 @@ mod tests {
         let mut settings = ServeSettings::default();
         settings.outbox.sink_url = Some("https://example.com/hook".to_owned().into());
         settings.outbox.outbox_lease = settings.outbox.sink_timeout;
-        settings.admin.admin_listen = crate::config::AdminListen(Some(settings.listen));
+        settings.admin.admin_listen = Some(crate::config::AdminListen(Some(settings.listen)));
+        settings.admin.admin_token = crate::config::AdminToken::new("hunter2");
+        settings.admin.admin_session_ttl = Duration::from_secs(5);
         let database = DatabaseSettings {
             database_url: None,
             db_max_connections: 4,
@@ -224,11 +248,13 @@ mod tests {
             "WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not",
             "WEBHOOKD_OUTBOX_LEASE must exceed WEBHOOKD_SINK_TIMEOUT",
             "WEBHOOKD_ADMIN_LISTEN is the same address as WEBHOOKD_LISTEN",
+            "WEBHOOKD_ADMIN_TOKEN is too short (7 characters)",
+            "WEBHOOKD_ADMIN_SESSION_TTL must be at least 1m",
         ] {
             assert!(error.contains(problem), "{problem} missing from: {error}");
         }
         assert!(
-            !error.contains("example.com"),
+            !error.contains("example.com") && !error.contains("hunter2"),
             "no setting's value is shown: {error}"
         );
     }

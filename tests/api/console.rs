@@ -9,6 +9,7 @@ mod escaping;
 mod events;
 mod fixtures;
 mod headers;
+mod hostile;
 mod logs;
 mod outbox;
 mod pages;
@@ -96,7 +97,7 @@ async fn the_console_is_on_the_admin_listener_only_and_off_without_a_token(pool:
     assert_eq!(response.status(), StatusCode::OK);
 
     let none = spawn_app_with(pool, Clock::System, |s| {
-        s.admin.admin_listen = AdminListen(None)
+        s.admin.admin_listen = Some(AdminListen(None))
     })
     .await;
     assert!(none.admin_address.is_none());

@@ -82,7 +82,7 @@ pub async fn spawn_app_with(
         ..ServeSettings::default()
     };
     // Every app side by side gets a free port for its admin listener too.
-    settings.admin.admin_listen = AdminListen(Some("127.0.0.1:0".parse().unwrap()));
+    settings.admin.admin_listen = Some(AdminListen(Some("127.0.0.1:0".parse().unwrap())));
     configure(&mut settings);
 
     let shutdown = CancellationToken::new();

@@ -3,7 +3,9 @@
 //! token, and is logged with who did it and to what.
 
 use axum::Extension;
-use axum::extract::{Form, Path, Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
@@ -52,14 +54,15 @@ pub struct LoginForm {
 
 pub async fn log_in(
     State(console): State<Console>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
     let next = safe_next(&form.next);
-    match console.auth.check_token(form.token.trim()) {
+    let client = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
+    match console.auth.check_token(form.token.trim(), client) {
         Check::Valid => {
-            let (value, ttl) = console.auth.new_session();
-            let actor = console.auth.session(&value).expect("a new session is live");
+            let (value, ttl, actor) = console.auth.new_session();
             tracing::info!(actor = %actor.describe(), "console: logged in");
             let secure = if behind_https(&headers) {
                 "; Secure"
@@ -112,6 +115,7 @@ pub struct CsrfForm {
 }
 
 fn forbidden() -> Response {
+    tracing::warn!("console: a form without its session's CSRF token was refused");
     page_with(
         StatusCode::FORBIDDEN,
         &views::Message {
@@ -175,17 +179,15 @@ pub async fn replay(
         }
         Ok(Err(ReplayRefused::NotFound)) => views::not_found("No such event is stored."),
         Ok(Err(refused)) => views::bad_request(&refused.to_string()),
+        Err(ingest::Error::Database(error)) => views::database_failed(&error),
+        Err(error) if error.is_transient() => views::unavailable(),
         Err(error) => {
             tracing::warn!(%error, "console: a replay failed");
-            if error.is_transient() {
-                views::unavailable()
-            } else {
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the replay failed; see the log\n",
-                )
-                    .into_response()
-            }
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the replay failed; see the log\n",
+            )
+                .into_response()
         }
     }
 }
@@ -210,13 +212,11 @@ pub async fn retry(
     }
     let requeued = match store::retry_dead(&console.app.pool, Some(id)).await {
         Ok(requeued) => requeued,
-        Err(error) => {
-            tracing::warn!(%error, "console: a retry failed");
-            return views::unavailable();
-        }
+        Err(error) => return views::database_failed(&error),
     };
     tracing::info!(actor = %actor.describe(), id, requeued = requeued.len(), "console: retried an outbox row");
-    let back = safe_next(&form.back);
+    // The way back, without a fragment (the notice goes in its query).
+    let back = safe_next(form.back.split('#').next().unwrap_or_default());
     let sep = if back.contains('?') { '&' } else { '?' };
     Redirect::to(&format!("{back}{sep}retried={}", requeued.len())).into_response()
 }
@@ -229,8 +229,11 @@ pub struct BulkRetryForm {
     topic: String,
     #[serde(default)]
     error: String,
-    /// The highest id the dry run counted: rows that died since are left.
+    /// The highest id the dry run counted, and when it counted: rows that
+    /// died since are left.
     max_id: i64,
+    #[serde(default)]
+    as_of: String,
 }
 
 pub async fn bulk_retry(
@@ -248,20 +251,23 @@ pub async fn bulk_retry(
         ..OutboxQuery::default()
     };
     let filter: browse::Filter = query.filter();
-    let requeued =
-        match browse::retry_dead_matching(&console.app.pool, &filter, None, form.max_id).await {
-            Ok(requeued) => requeued,
-            Err(error) => {
-                tracing::warn!(%error, "console: a bulk retry failed");
-                return views::unavailable();
-            }
-        };
+    let bound = browse::Bound {
+        id: None,
+        max_id: Some(form.max_id),
+        dead_by: Some(form.as_of.as_str()).filter(|t| !t.is_empty()),
+    };
+    let requeued = match browse::retry_dead_matching(&console.app.pool, &filter, &bound).await {
+        Ok(requeued) => requeued,
+        Err(error) => return views::database_failed(&error),
+    };
     tracing::info!(
         actor = %actor.describe(),
         topic = %bounded(filter.topic.as_deref().unwrap_or("*")),
         error = %bounded(filter.error.as_deref().unwrap_or("*")),
         max_id = form.max_id,
+        as_of = %bounded(&form.as_of),
         requeued = requeued.len(),
+        ids = ?&requeued[..requeued.len().min(100)],
         "console: bulk-retried dead outbox rows"
     );
     Redirect::to(&format!(

@@ -4,11 +4,15 @@
 //! Sessions are stateless: the cookie carries a random session id and its
 //! expiry, signed with a key derived from the token (so a new token ends
 //! every session). A logout is remembered until the session would have
-//! expired. Forms carry a CSRF token bound to the session. Every failed
-//! comparison (a wrong bearer token or login) spends from one bucket, so
-//! the token cannot be guessed faster than that.
+//! expired (in this process's memory: a restart forgets it, and other
+//! processes never knew it; changing the token ends every session). Forms
+//! carry a CSRF token bound to the session. Every failed comparison (a
+//! wrong bearer token or login) spends from its client's bucket and from
+//! one bucket for all, so the token cannot be guessed faster than that, and
+//! one client's guesses do not lock the others out.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +29,14 @@ type HmacSha256 = Hmac<Sha256>;
 /// The session cookie's name.
 pub const COOKIE: &str = "webhookd_console";
 
-/// Failed attempts allowed at once, and how often one more is allowed.
+/// Failed attempts one client may make at once, and how often one more.
 const FAILURE_BURST: f64 = 5.0;
 const FAILURE_REFILL: Duration = Duration::from_secs(12);
+/// The same for every client together.
+const ALL_FAILURE_BURST: f64 = 50.0;
+const ALL_FAILURE_REFILL: Duration = Duration::from_secs(2);
+/// Clients whose failures are remembered at most (the oldest forgiven).
+const MAX_TRACKED_CLIENTS: usize = 4096;
 
 /// Who made a request, for the audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,10 +65,36 @@ pub enum Check {
     Limited(Duration),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Bucket {
     tokens: f64,
     at: i64,
+}
+
+impl Bucket {
+    fn full(burst: f64, now: i64) -> Self {
+        Bucket {
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// Refills up to `now`; how long until one more failure is allowed, if
+    /// none is now.
+    fn wait(&mut self, now: i64, burst: f64, refill: Duration) -> Option<Duration> {
+        #[allow(clippy::cast_precision_loss)]
+        let refilled = (now - self.at).max(0) as f64 / refill.as_secs_f64();
+        self.tokens = (self.tokens + refilled).min(burst);
+        self.at = now;
+        (self.tokens < 1.0)
+            .then(|| Duration::from_secs_f64(((1.0 - self.tokens) * refill.as_secs_f64()).ceil()))
+    }
+}
+
+#[derive(Debug)]
+struct Failures {
+    all: Bucket,
+    by_client: HashMap<IpAddr, Bucket>,
 }
 
 /// The console's keys and state. Cheap to clone.
@@ -71,7 +106,7 @@ pub struct Auth {
     key: [u8; 32],
     ttl: Duration,
     clock: Clock,
-    failures: Arc<Mutex<Bucket>>,
+    failures: Arc<Mutex<Failures>>,
     /// Sessions logged out, until they would have expired.
     revoked: Arc<Mutex<HashMap<String, i64>>>,
 }
@@ -95,38 +130,64 @@ impl Auth {
             key: mac.finalize().into_bytes().into(),
             ttl,
             clock,
-            failures: Arc::new(Mutex::new(Bucket {
-                tokens: FAILURE_BURST,
-                at: now,
+            failures: Arc::new(Mutex::new(Failures {
+                all: Bucket::full(ALL_FAILURE_BURST, now),
+                by_client: HashMap::new(),
             })),
             revoked: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
     /// Compares `candidate` with the token, unless too many comparisons
-    /// failed lately; a failure spends from the bucket.
-    pub fn check_token(&self, candidate: &str) -> Check {
+    /// failed lately, from `client` or from everyone; a failure spends from
+    /// both buckets.
+    pub fn check_token(&self, candidate: &str, client: Option<IpAddr>) -> Check {
         let now = self.clock.now();
-        let mut bucket = self.failures.lock().expect("never poisoned");
-        #[allow(clippy::cast_precision_loss)]
-        let refilled = (now - bucket.at).max(0) as f64 / FAILURE_REFILL.as_secs_f64();
-        bucket.tokens = (bucket.tokens + refilled).min(FAILURE_BURST);
-        bucket.at = now;
-        if bucket.tokens < 1.0 {
-            let wait = (1.0 - bucket.tokens) * FAILURE_REFILL.as_secs_f64();
-            return Check::Limited(Duration::from_secs_f64(wait.ceil()));
+        let mut failures = self.failures.lock().expect("never poisoned");
+        let failures = &mut *failures;
+        if let Some(wait) = failures
+            .all
+            .wait(now, ALL_FAILURE_BURST, ALL_FAILURE_REFILL)
+        {
+            return Check::Limited(wait);
+        }
+        let mut own = client.map(|ip| {
+            failures
+                .by_client
+                .get(&ip)
+                .copied()
+                .unwrap_or_else(|| Bucket::full(FAILURE_BURST, now))
+        });
+        if let Some(wait) = own
+            .as_mut()
+            .and_then(|b| b.wait(now, FAILURE_BURST, FAILURE_REFILL))
+        {
+            return Check::Limited(wait);
         }
         let digest: [u8; 32] = Sha256::digest(candidate.as_bytes()).into();
         if bool::from(digest.ct_eq(&self.token_digest)) {
-            Check::Valid
-        } else {
-            bucket.tokens -= 1.0;
-            Check::Invalid
+            return Check::Valid;
         }
+        failures.all.tokens -= 1.0;
+        if let (Some(ip), Some(mut bucket)) = (client, own) {
+            bucket.tokens -= 1.0;
+            if failures.by_client.len() >= MAX_TRACKED_CLIENTS {
+                // Forgive those whose bucket is full again, then the rest.
+                failures.by_client.retain(|_, b| {
+                    b.wait(now, FAILURE_BURST, FAILURE_REFILL);
+                    b.tokens < FAILURE_BURST
+                });
+                if failures.by_client.len() >= MAX_TRACKED_CLIENTS {
+                    failures.by_client.clear();
+                }
+            }
+            failures.by_client.insert(ip, bucket);
+        }
+        Check::Invalid
     }
 
-    /// A new session: its cookie value and its lifetime.
-    pub fn new_session(&self) -> (String, Duration) {
+    /// A new session: its cookie value, its lifetime and who it is.
+    pub fn new_session(&self) -> (String, Duration, Actor) {
         let mut id = [0u8; 16];
         SystemRandom::new()
             .fill(&mut id)
@@ -134,7 +195,8 @@ impl Auth {
         let id = hex::encode(id);
         let expires = self.clock.now() + i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX / 2);
         let mac = self.sign(&format!("session|{id}|{expires}"));
-        (format!("{id}.{expires}.{mac}"), self.ttl)
+        let cookie = format!("{id}.{expires}.{mac}");
+        (cookie, self.ttl, Actor::Session { id })
     }
 
     /// The session a cookie value names, if it is signed, unexpired and not
@@ -228,14 +290,14 @@ mod tests {
     fn a_session_lasts_until_it_expires_or_logs_out() {
         let clock = Clock::manual(1_000_000);
         let auth = auth(&clock);
-        let (cookie, _) = auth.new_session();
+        let (cookie, ..) = auth.new_session();
         assert!(matches!(auth.session(&cookie), Some(Actor::Session { .. })));
         clock.advance(Duration::from_secs(3599));
         assert!(auth.session(&cookie).is_some());
         clock.advance(Duration::from_secs(1));
         assert_eq!(auth.session(&cookie), None, "expired");
 
-        let (cookie, _) = auth.new_session();
+        let (cookie, ..) = auth.new_session();
         auth.log_out(&cookie);
         assert_eq!(auth.session(&cookie), None, "logged out");
     }
@@ -244,7 +306,7 @@ mod tests {
     fn a_forged_or_altered_cookie_is_no_session() {
         let clock = Clock::manual(1_000_000);
         let auth = auth(&clock);
-        let (cookie, _) = auth.new_session();
+        let (cookie, ..) = auth.new_session();
         let mut parts: Vec<&str> = cookie.split('.').collect();
         let later = (1_000_000 + 999_999).to_string();
         parts[1] = &later;
@@ -263,8 +325,8 @@ mod tests {
     fn csrf_tokens_are_bound_to_the_session() {
         let clock = Clock::manual(1_000_000);
         let auth = auth(&clock);
-        let one = auth.session(&auth.new_session().0).unwrap();
-        let two = auth.session(&auth.new_session().0).unwrap();
+        let one = auth.new_session().2;
+        let two = auth.new_session().2;
         assert!(auth.csrf_ok(&one, &auth.csrf_token(&one)));
         assert!(!auth.csrf_ok(&one, &auth.csrf_token(&two)));
         assert!(!auth.csrf_ok(&one, ""));
@@ -272,22 +334,41 @@ mod tests {
     }
 
     #[test]
-    fn failed_comparisons_are_rate_limited() {
+    fn failed_comparisons_are_rate_limited_per_client_and_for_all() {
         let clock = Clock::manual(1_000_000);
         let auth = auth(&clock);
+        let guesser = Some(IpAddr::from([10, 0, 0, 1]));
+        let operator = Some(IpAddr::from([10, 0, 0, 2]));
         for _ in 0..5 {
-            assert_eq!(auth.check_token("wrong"), Check::Invalid);
+            assert_eq!(auth.check_token("wrong", guesser), Check::Invalid);
         }
         assert!(
-            matches!(auth.check_token(TOKEN), Check::Limited(_)),
+            matches!(auth.check_token(TOKEN, guesser), Check::Limited(_)),
             "even the right one waits"
         );
-        clock.advance(FAILURE_REFILL);
-        assert_eq!(auth.check_token(TOKEN), Check::Valid);
         assert_eq!(
-            auth.check_token(TOKEN),
+            auth.check_token(TOKEN, operator),
+            Check::Valid,
+            "another client is not locked out"
+        );
+        clock.advance(FAILURE_REFILL);
+        assert_eq!(auth.check_token(TOKEN, guesser), Check::Valid);
+        assert_eq!(
+            auth.check_token(TOKEN, guesser),
             Check::Valid,
             "successes spend nothing"
         );
+
+        // Many clients together spend the bucket of all.
+        for i in 0..50u8 {
+            let client = Some(IpAddr::from([10, 1, 0, i]));
+            assert_eq!(auth.check_token("wrong", client), Check::Invalid);
+        }
+        assert!(matches!(
+            auth.check_token(TOKEN, operator),
+            Check::Limited(_)
+        ));
+        clock.advance(ALL_FAILURE_REFILL);
+        assert_eq!(auth.check_token(TOKEN, operator), Check::Valid);
     }
 }

@@ -100,6 +100,7 @@ pub fn router(console: Console) -> Router {
         )
         .merge(signed_in)
         .fallback(|| async { views::not_found("No such page.") })
+        .layer(middleware::from_fn(same_site_posts_only))
         .layer(middleware::from_fn(security_headers))
         .with_state(console)
 }
@@ -133,22 +134,23 @@ async fn security_headers(request: Request, next: Next) -> Response {
 /// Lets a request through with its [`Actor`] when it carries the token
 /// (`Authorization: Bearer`) or a live session cookie. Otherwise a browser's
 /// GET goes to the login page and anything else gets 401; neither body
-/// holds any data.
+/// holds any data. Another scheme in `Authorization` (a proxy's Basic) is
+/// left to the cookie.
 async fn signed_in_only(
     State(console): State<Console>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let headers = request.headers();
-    let actor = if let Some(authorization) = headers.get(header::AUTHORIZATION) {
-        let Some(token) = authorization
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-        else {
-            return unauthorized();
-        };
-        match console.auth.check_token(token.trim()) {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or_default())
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ').unwrap_or((v, ""));
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
+    let actor = if let Some(token) = bearer {
+        match console.auth.check_token(token.trim(), client(&request)) {
             Check::Valid => Actor::Bearer,
             Check::Invalid => {
                 tracing::warn!("console: a request with a wrong bearer token was refused");
@@ -160,12 +162,10 @@ async fn signed_in_only(
         match cookie(headers).and_then(|c| console.auth.session(c)) {
             Some(actor) => actor,
             None if request.method() == Method::GET => {
-                // Nested under /console: the original URI has the full path.
-                let uri = request
-                    .extensions()
-                    .get::<axum::extract::OriginalUri>()
-                    .map_or_else(|| request.uri().clone(), |o| o.0.clone());
-                let next = uri.path_and_query().map_or("/console", |p| p.as_str());
+                let next = request
+                    .uri()
+                    .path_and_query()
+                    .map_or("/console", |p| p.as_str());
                 let next = format!("/console/login?next={}", views::query_value(next));
                 return Redirect::to(&next).into_response();
             }
@@ -173,6 +173,32 @@ async fn signed_in_only(
         }
     };
     request.extensions_mut().insert(actor);
+    next.run(request).await
+}
+
+/// Who connected, when the accept loop said.
+pub fn client(request: &Request) -> Option<std::net::IpAddr> {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// Refuses a POST that a browser says came from another site (a form or a
+/// `fetch` on some page the operator has open): it must not even spend
+/// the operator's login attempts. Browsers send `Sec-Fetch-Site`; clients
+/// that do not (curl, scripts) are left to the token and CSRF checks.
+async fn same_site_posts_only(request: Request, next: Next) -> Response {
+    let cross_site = request.method() == Method::POST
+        && request
+            .headers()
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|site| !matches!(site, "same-origin" | "none"));
+    if cross_site {
+        tracing::warn!("console: a cross-site form post was refused");
+        return views::forbidden_cross_site();
+    }
     next.run(request).await
 }
 

@@ -91,6 +91,39 @@ pub fn bad_request(message: &str) -> Response {
     )
 }
 
+/// What a failed statement answers: 400 when the database refused the
+/// input itself (a data exception: a NUL byte, a time that is no time),
+/// 503 when a query ran too long (narrow the filter), else 503 (the
+/// database is unavailable).
+pub fn database_failed(error: &sqlx::Error) -> Response {
+    let code = error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned());
+    match code.as_deref() {
+        Some(code) if code.starts_with("22") => bad_request(
+            "The database cannot read that input (a character or a time it does not take).",
+        ),
+        Some("57014") => {
+            let mut response = page_with(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &Message {
+                    title: "Too slow",
+                    message: "The query ran past its time limit. Narrow it: add a time range or another filter.",
+                },
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+            response
+        }
+        _ => {
+            tracing::warn!(%error, "a console statement failed");
+            unavailable()
+        }
+    }
+}
+
 pub fn unavailable() -> Response {
     let mut response = page_with(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -103,6 +136,16 @@ pub fn unavailable() -> Response {
         .headers_mut()
         .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
     response
+}
+
+pub fn forbidden_cross_site() -> Response {
+    page_with(
+        StatusCode::FORBIDDEN,
+        &Message {
+            title: "Refused",
+            message: "This form was sent from another site. Use the console's own pages.",
+        },
+    )
 }
 
 pub fn too_many_attempts(wait: Duration) -> Response {
@@ -272,6 +315,7 @@ pub struct BulkRetry {
     pub error: String,
     pub count: i64,
     pub max_id: i64,
+    pub as_of: String,
     pub query: String,
 }
 

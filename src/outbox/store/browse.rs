@@ -81,13 +81,24 @@ pub async fn of_event(
     .await
 }
 
-/// What a bulk retry of `filter`'s dead rows would touch: how many, and
-/// the highest id among them (the confirmed retry goes no further, so rows
-/// that die after the count are not swept in unseen).
-pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<(i64, Option<i64>), sqlx::Error> {
-    let row = sqlx::query!(
+/// What a bulk retry of `filter`'s dead rows would touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counted {
+    pub count: i64,
+    /// The highest id counted.
+    pub max_id: Option<i64>,
+    /// When it was counted (the database's clock, to the microsecond): the
+    /// confirmed retry takes only rows dead by then, so rows that die after
+    /// the count are not swept in unseen, whatever their id.
+    pub as_of: String,
+}
+
+pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx::Error> {
+    sqlx::query_as!(
+        Counted,
         r#"
-        select count(*) as "count!", max(id) as max_id
+        select count(*) as "count!", max(id) as max_id,
+               to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "as_of!"
         from outbox
         where dead_at is not null and delivered_at is null
           and ($1::text is null or topic = $1)
@@ -97,33 +108,42 @@ pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<(i64, Option<i
         filter.error,
     )
     .fetch_one(pool)
-    .await?;
-    Ok((row.count, row.max_id))
+    .await
 }
 
-/// Re-queues the dead rows matching `filter` (and `id`, when given) with
-/// ids up to `max_id` for a fresh set of attempts; `attempts` keeps
-/// counting. Returns the ids re-queued.
+/// Which dead rows a retry takes besides the filter: one row, rows up to
+/// an id, rows dead by a time (RFC 3339, as [`Counted::as_of`]).
+#[derive(Debug, Clone, Default)]
+pub struct Bound<'a> {
+    pub id: Option<i64>,
+    pub max_id: Option<i64>,
+    pub dead_by: Option<&'a str>,
+}
+
+/// Re-queues the dead rows matching `filter` and `bound` for a fresh set
+/// of attempts; `attempts` keeps counting. Returns the ids re-queued.
 pub async fn retry_dead_matching(
     pool: &PgPool,
     filter: &Filter,
-    id: Option<i64>,
-    max_id: i64,
+    bound: &Bound<'_>,
 ) -> Result<Vec<i64>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
         update outbox
         set dead_at = null, requeued_attempts = attempts, available_at = now(), locked_until = null
-        where dead_at is not null and delivered_at is null and id <= $3
-          and ($4::bigint is null or id = $4)
+        where dead_at is not null and delivered_at is null
+          and ($3::bigint is null or id = $3)
+          and ($4::bigint is null or id <= $4)
+          and ($5::text is null or dead_at <= $5::text::timestamptz)
           and ($1::text is null or topic = $1)
           and ($2::text is null or strpos(lower(coalesce(last_error, '')), lower($2)) > 0)
         returning id
         "#,
         filter.topic,
         filter.error,
-        max_id,
-        id,
+        bound.id,
+        bound.max_id,
+        bound.dead_by,
     )
     .fetch_all(pool)
     .await
@@ -140,7 +160,7 @@ pub struct FailedAttempt {
     pub error: String,
 }
 
-/// The failed attempts of one event's rows, in order.
+/// The failed attempts of one event's rows, in order (the first 1,000).
 pub async fn failed_attempts_of_event(
     pool: &PgPool,
     provider: &str,
@@ -155,6 +175,7 @@ pub async fn failed_attempts_of_event(
         from outbox o join outbox_attempts a on a.outbox_id = o.id
         where o.provider = $1 and o.event_id = $2
         order by a.outbox_id, a.attempt
+        limit 1000
         "#,
         provider,
         event_id,

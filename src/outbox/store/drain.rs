@@ -273,12 +273,14 @@ pub async fn record_many(
             from settled s, clock
             where o.id = s.id and o.attempts = s.attempts
               and o.delivered_at is null and o.dead_at is null
-            returning o.id
+            returning o.id, s.attempts
         ),
         failed as (
+            -- Only the attempts the update applied: a batch may also hold an
+            -- older attempt of a row leased again since.
             insert into outbox_attempts (outbox_id, attempt, at, outcome, error)
             select s.id, s.attempts, clock.now, s.outcome, coalesce(s.error, '')
-            from settled s join recorded r on r.id = s.id, clock
+            from settled s join recorded r on r.id = s.id and r.attempts = s.attempts, clock
             where s.outcome in ('retry', 'dead')
             on conflict (outbox_id, attempt) do nothing
         )

@@ -6,6 +6,11 @@
   if (!live) return;
   const every = 10000;
   async function refresh() {
+    // Someone is on a link in it: replacing it would take their focus away.
+    if (live.contains(document.activeElement)) {
+      setTimeout(refresh, every);
+      return;
+    }
     try {
       const response = await fetch(live.dataset.refresh, {
         credentials: "same-origin",

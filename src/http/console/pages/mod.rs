@@ -22,11 +22,9 @@ pub(super) const PAGE_ROWS: i64 = 50;
 /// A user's entries and payments shown at most.
 const USER_ROWS: i64 = 100;
 
-/// What a failed read answers: 503 when the database is down, which is the
-/// only way a read here fails.
+/// What a failed read answers ([`views::database_failed`]).
 pub(super) fn failed(error: &sqlx::Error) -> Response {
-    tracing::warn!(%error, "a console read failed");
-    views::unavailable()
+    views::database_failed(error)
 }
 
 pub async fn overview(

@@ -92,7 +92,7 @@ pub async fn bulk_retry(
     Extension(actor): Extension<Actor>,
     Query(query): Query<OutboxQuery>,
 ) -> Response {
-    let (count, max_id) = match browse::count_dead(&console.app.pool, &query.filter()).await {
+    let counted = match browse::count_dead(&console.app.pool, &query.filter()).await {
         Ok(counted) => counted,
         Err(error) => return failed(&error),
     };
@@ -100,8 +100,9 @@ pub async fn bulk_retry(
         chrome: Chrome::new(&console, &actor, "outbox"),
         topic: query.topic.trim().to_owned(),
         error: query.error.trim().to_owned(),
-        count,
-        max_id: max_id.unwrap_or(0),
+        count: counted.count,
+        max_id: counted.max_id.unwrap_or(0),
+        as_of: counted.as_of,
         query: query.query(),
     })
 }
