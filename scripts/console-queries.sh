@@ -482,7 +482,8 @@ SQL
     rest_pid=$!
     wait "$events_pid" || die "loading the events failed"
     wait "$rest_pid" || die "loading the ledger, payments and outbox failed"
-    "${psql[@]}" -d "$db_url" -c "drop schema console_load cascade" -c "analyze" >&2
+    "${psql[@]}" -d "$db_url" -c "set client_min_messages = warning" -c "drop schema console_load cascade" \
+        -c "analyze" >&2
     log "loaded in $(( $(date +%s) - started )) s (vacuum and analyze included)"
 fi
 
