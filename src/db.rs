@@ -12,6 +12,18 @@ use secrecy::{ExposeSecret, SecretString};
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// The BEGIN of a read that looks things up for a person (the console,
+/// `webhookd explain`), in one round trip as the ingest engine's BEGIN:
+/// - planned for its parameters every time, never from a cached generic
+///   plan: a statement with optional filters (`$1 is null or column = $1`)
+///   has a generic plan that can neither fold a filter left out nor weigh a
+///   given one against the column's statistics;
+/// - never JIT-compiled: its plans are index lookups, often estimated at
+///   far more rows than they meet, and compiling them took longer than
+///   running them (a second and more at 5 million events).
+pub const BEGIN_LOOKUP: &str =
+    "begin read only; set local plan_cache_mode = force_custom_plan; set local jit = off";
+
 /// How to reach the database and size the pool.
 #[derive(Debug, Clone)]
 pub struct Options {

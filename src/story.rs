@@ -6,13 +6,40 @@
 
 use sqlx::PgPool;
 
+use crate::db;
+
 /// `subject`'s story as `(at, line)`, oldest first, in one statement: the
 /// events it is related to (as an event, payment, user or subscription id),
 /// what they wrote, and the payment, subscription and wallet rows it names.
+/// Every table is reached by an index from the related events or the
+/// subject: an `or` between the subject and the related events is written
+/// as a `union` of the two lookups (an `or` with a subquery read the whole
+/// table), and the outbox's rows are found under each topic by their dedupe
+/// key, `{provider}:{event_id}` (the topics read off the key's index one
+/// step each; the outbox has no index by event). Planned for the subject,
+/// without JIT ([`db::BEGIN_LOOKUP`]): estimated at many related events,
+/// its plan was JIT-compiled for longer than it ran.
 pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let mut tx = pool.begin_with(db::BEGIN_LOOKUP).await?;
     let rows = sqlx::query!(
         r#"
-        with related as (select distinct provider, event_id from related_events($1)),
+        with recursive related as (select distinct provider, event_id from related_events($1)),
+        topics (topic) as (
+            select min(topic) from outbox
+            union all
+            select (select min(o.topic) from outbox o where o.topic > t.topic)
+            from topics t where t.topic is not null
+        ),
+        written as (
+            select o.* from related r
+            cross join topics t
+            -- one lookup by key for each event and topic (offset 0 keeps it one:
+            -- joined freely, the planner hashed the whole outbox instead)
+            cross join lateral (select * from outbox o
+                                where o.topic = t.topic and o.dedupe_key = r.provider || ':' || r.event_id
+                                  and o.provider = r.provider and o.event_id = r.event_id
+                                offset 0) o
+        ),
         timeline (at, line) as (
             select e.received_at,
                    format('event %s %s (%s) %s, claimed: %s %s',
@@ -31,13 +58,13 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
             union all
             select o.created_at,
                    format('outbox #%s %s written by event %s', o.id, o.topic, o.event_id)
-            from outbox o join related using (provider, event_id)
+            from written o
             union all
             select a.at,
                    format('outbox #%s attempt %s failed%s: %s', a.outbox_id, a.attempt,
                           case a.outcome when 'dead' then ', no attempts left' else ', retried later' end,
                           a.error)
-            from outbox o join related using (provider, event_id) join outbox_attempts a on a.outbox_id = o.id
+            from written o join outbox_attempts a on a.outbox_id = o.id
             union all
             select coalesce(o.delivered_at, o.dead_at, o.available_at),
                    case when o.delivered_at is not null
@@ -47,14 +74,14 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
                         else format('outbox #%s pending: %s attempt(s) so far, next at this time%s', o.id, o.attempts,
                                     coalesce(', last error: ' || o.last_error, ''))
                    end
-            from outbox o join related using (provider, event_id)
+            from written o
             union all
             select p.updated_at,
                    format('payment %s %s: %s, %s %s, refunded %s, user %s', p.provider, p.payment_id, p.status,
                           p.amount_minor, p.currency, p.refunded_minor, coalesce(p.user_id, '-'))
-            from payments p
-            where p.payment_id = $1 or p.payment_ref = $1 or p.user_id = $1
-               or (p.provider, p.event_id) in (select provider, event_id from related)
+            from (select * from payments where payment_id = $1 or payment_ref = $1 or user_id = $1
+                  union
+                  select p.* from payments p join related using (provider, event_id)) p
             union all
             select s.updated_at,
                    format('subscription %s %s: %s (plan %s) as of event %s', s.provider, s.subscription_id,
@@ -66,10 +93,11 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
             from deferred_events d join related using (provider, event_id)
             union all
             select w.updated_at, format('wallet %s/%s balance %s', w.user_id, w.currency, w.balance_minor)
-            from wallets w
-            where w.user_id = $1
-               or (w.user_id, w.currency) in (select e.user_id, e.currency from wallet_entries e
-                                              join related using (provider, event_id))
+            from (select * from wallets where user_id = $1
+                  union
+                  select w.* from wallets w
+                  join (select e.user_id, e.currency from wallet_entries e join related using (provider, event_id)) e
+                    using (user_id, currency)) w
         )
         select to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "at!", line as "line!"
         from timeline
@@ -77,7 +105,8 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
         "#,
         subject,
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(rows.into_iter().map(|row| (row.at, row.line)).collect())
 }

@@ -4,6 +4,8 @@
 
 use sqlx::PgPool;
 
+use crate::db;
+
 /// Which events a page shows. Every field is optional.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -68,7 +70,16 @@ pub struct Row {
 /// Up to `limit` events matching `filter`, newest first, older than
 /// `before` when given. With `filter.q` the related events are found first
 /// (each by its own index) and then filtered; without it the walk goes down
-/// `processed_events_received_at`, the time bounds as its index condition.
+/// `processed_events_received_at`, the time bounds as its index condition,
+/// or down `processed_events_event_type` or `processed_events_received_via`
+/// when those filters are the rarer.
+///
+/// Both statements are planned for their parameters every time
+/// ([`db::BEGIN_LOOKUP`]): a filter left out (`$n is null`) is folded
+/// away and a given one meets the column's statistics. A cached generic
+/// plan can do neither: at 5 million events it drove a search's join from
+/// the events' time index, seconds for any `q` (docs/PERFORMANCE.md,
+/// "Console queries at 5 M events").
 pub async fn page(
     pool: &PgPool,
     filter: &Filter,
@@ -83,7 +94,8 @@ pub async fn page(
         ),
         None => (None, None, None),
     };
-    match filter.q.as_deref() {
+    let mut tx = pool.begin_with(db::BEGIN_LOOKUP).await?;
+    let rows = match filter.q.as_deref() {
         None => {
             sqlx::query_as!(
                 Row,
@@ -114,7 +126,7 @@ pub async fn page(
                 before_id,
                 limit,
             )
-            .fetch_all(pool)
+            .fetch_all(&mut *tx)
             .await
         }
         Some(q) => {
@@ -149,34 +161,43 @@ pub async fn page(
                 limit,
                 q,
             )
-            .fetch_all(pool)
+            .fetch_all(&mut *tx)
             .await
         }
-    }
+    }?;
+    tx.commit().await?;
+    Ok(rows)
 }
 
 /// Events received since `since` (Unix seconds), counted by outcome in
 /// buckets of `bucket_secs` aligned to the epoch: `(bucket start, outcome,
-/// count)`, oldest first.
+/// count)`, oldest first. Bucketed with `date_bin` on the timestamps (a
+/// `numeric` epoch per row cost more than reading the rows, and its cast
+/// rounded the last half second of a bucket into the next); planned for
+/// the window asked for ([`db::BEGIN_LOOKUP`]): a generic plan guessed a
+/// third of the table and paid for JIT compilation.
 pub async fn counts_by_outcome(
     pool: &PgPool,
     since: i64,
     bucket_secs: i64,
 ) -> Result<Vec<(i64, String, i64)>, sqlx::Error> {
+    let mut tx = pool.begin_with(db::BEGIN_LOOKUP).await?;
     let rows = sqlx::query!(
         r#"
-        select (floor(extract(epoch from received_at))::bigint / $2) * $2 as "bucket!",
-               outcome, count(*) as "count!"
-        from processed_events
-        where received_at >= to_timestamp($1::bigint)
-        group by 1, 2
+        select extract(epoch from bucket)::bigint as "bucket!", outcome, count as "count!"
+        from (select date_bin(make_interval(secs => $2::bigint), received_at, timestamptz 'epoch') as bucket,
+                     outcome, count(*)
+              from processed_events
+              where received_at >= to_timestamp($1::bigint)
+              group by 1, 2) buckets
         order by 1, 2
         "#,
         since,
         bucket_secs,
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(rows
         .into_iter()
         .map(|r| (r.bucket, r.outcome, r.count))

@@ -18,7 +18,8 @@ pub struct Message<'a> {
 
 /// Writes the rows in order, in one statement; returns each one's id. The
 /// dedupe key is `{provider}:{event_id}`: an event writes at most one row
-/// per topic. `None` at an index: a row with its key (or, for
+/// per topic, and an event's rows are found by that key (the outbox has no
+/// index by event: [`browse::of_event`], `story::timeline`). `None` at an index: a row with its key (or, for
 /// `invoice.paid`, for its invoice) exists already, or comes earlier in
 /// `messages`. Nothing is notified: the ingest transaction wakes the
 /// drainer once per commit ([`notify`]).

@@ -53,7 +53,12 @@ pub async fn page(
     .await
 }
 
-/// The rows of one event, delivered or not, oldest first.
+/// The rows of one event, delivered or not, oldest first. The outbox has
+/// no index by event (every event writes a row and every delivery updates
+/// it: an index costs ingest twice), but its `(topic, dedupe_key)` key holds
+/// `{provider}:{event_id}` under each topic ([`super::enqueue`]): the
+/// topics are read off that index one step each (a skip scan, a handful of
+/// probes) and the event's row looked up under each.
 pub async fn of_event(
     pool: &PgPool,
     provider: &str,
@@ -62,17 +67,24 @@ pub async fn of_event(
     sqlx::query_as!(
         Listed,
         r#"
-        select id, topic, provider, event_id, attempts,
-               case when delivered_at is not null then 'delivered'
-                    when dead_at is not null then 'dead'
-                    when locked_until > now() then 'leased'
+        with recursive topics (topic) as (
+            select min(topic) from outbox
+            union all
+            select (select min(o.topic) from outbox o where o.topic > t.topic)
+            from topics t where t.topic is not null
+        )
+        select o.id, o.topic, o.provider, o.event_id, o.attempts,
+               case when o.delivered_at is not null then 'delivered'
+                    when o.dead_at is not null then 'dead'
+                    when o.locked_until > now() then 'leased'
                     else 'pending' end as "state!",
-               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
-               to_char(coalesce(delivered_at, dead_at, available_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
-               last_error
-        from outbox
-        where provider = $1 and event_id = $2
-        order by id
+               to_char(o.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
+               to_char(coalesce(o.delivered_at, o.dead_at, o.available_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               o.last_error
+        from topics t
+        join outbox o on o.topic = t.topic and o.dedupe_key = $1 || ':' || $2
+        where o.provider = $1 and o.event_id = $2
+        order by o.id
         "#,
         provider,
         event_id,
@@ -160,25 +172,24 @@ pub struct FailedAttempt {
     pub error: String,
 }
 
-/// The failed attempts of one event's rows, in order (the first 1,000).
-pub async fn failed_attempts_of_event(
+/// The failed attempts of the rows `ids` (an event's: [`of_event`]), in
+/// order, the first 1,000.
+pub async fn failed_attempts(
     pool: &PgPool,
-    provider: &str,
-    event_id: &str,
+    ids: &[i64],
 ) -> Result<Vec<FailedAttempt>, sqlx::Error> {
     sqlx::query_as!(
         FailedAttempt,
         r#"
-        select a.outbox_id, a.attempt,
-               to_char(a.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "at!",
-               a.outcome, a.error
-        from outbox o join outbox_attempts a on a.outbox_id = o.id
-        where o.provider = $1 and o.event_id = $2
-        order by a.outbox_id, a.attempt
+        select outbox_id, attempt,
+               to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "at!",
+               outcome, error
+        from outbox_attempts
+        where outbox_id = any($1::int8[])
+        order by outbox_id, attempt
         limit 1000
         "#,
-        provider,
-        event_id,
+        ids,
     )
     .fetch_all(pool)
     .await

@@ -177,11 +177,15 @@ pub async fn event(
         payments::of_event(pool, &provider, &event_id),
         subscriptions::rows(pool, None, Some((&provider, &event_id))),
         browse::of_event(pool, &provider, &event_id),
-        browse::failed_attempts_of_event(pool, &provider, &event_id),
         story::timeline(pool, &event_id),
     );
-    let (entries, payments, subscriptions, outbox, attempts, story) = match reads {
+    let (entries, payments, subscriptions, outbox, story) = match reads {
         Ok(reads) => reads,
+        Err(error) => return failed(&error),
+    };
+    let ids: Vec<i64> = outbox.iter().map(|o| o.id).collect();
+    let attempts = match browse::failed_attempts(pool, &ids).await {
+        Ok(attempts) => attempts,
         Err(error) => return failed(&error),
     };
     let notice = chart::OUTCOMES
