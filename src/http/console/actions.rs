@@ -2,9 +2,9 @@
 //! outbox rows. Each action runs the CLI's code, checks the form's CSRF
 //! token, and is logged with who did it and to what.
 
-use axum::Extension;
 use std::net::SocketAddr;
 
+use axum::Extension;
 use axum::extract::{ConnectInfo, Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
