@@ -19,7 +19,7 @@ fi
 require_cargo
 log "building (release)"
 SQLX_OFFLINE=true cargo build --locked --release --bin webhookd
-binary=target/release/webhookd
+binary=${CARGO_TARGET_DIR:-target}/release/webhookd
 
 if [ -z "${DATABASE_URL:-}" ]; then
     if [ "$(id -u)" -eq 0 ]; then default_pgdata=/var/tmp/webhookd-pgdata; else default_pgdata=$PWD/.pgdata; fi
