@@ -49,7 +49,7 @@ async fn a_slow_row_holds_one_slot_while_the_rows_behind_it_are_delivered(pool: 
 }
 
 #[sqlx::test]
-async fn the_log_sink_settles_a_whole_batch_in_two_statements(pool: PgPool) {
+async fn the_log_sink_settles_a_whole_batch_in_one_lease_and_a_record_or_two(pool: PgPool) {
     seed(&pool, 100).await;
     let drainer = Drainer::new(
         pool.clone(),
@@ -63,7 +63,11 @@ async fn the_log_sink_settles_a_whole_batch_in_two_statements(pool: PgPool) {
     assert_eq!(drainer.drain_once().await.unwrap().delivered, 100);
     let stats = drainer.stats();
     assert_eq!(stats.lease_statements.load(Ordering::Relaxed), 1);
-    assert_eq!(stats.record_statements.load(Ordering::Relaxed), 1);
+    // One statement for the hundred outcomes; two on a machine so busy that
+    // the first outcome's few milliseconds of waiting for company ran out
+    // before the last was settled. Never one a row.
+    let records = stats.record_statements.load(Ordering::Relaxed);
+    assert!((1..=2).contains(&records), "{records} record statements");
     let delivered: i64 =
         sqlx::query_scalar("select count(*) from outbox where delivered_at is not null")
             .fetch_one(&pool)
