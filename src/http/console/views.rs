@@ -198,7 +198,8 @@ pub struct Live {
     pub batches: u64,
     pub mean_batch: String,
     pub fallbacks: u64,
-    pub sweeps: Vec<SweepView>,
+    /// `None` when they cannot be read.
+    pub sweeps: Option<Vec<SweepView>>,
     /// The last hour's and the last day's; `None` when unreadable.
     pub charts: Vec<Option<super::chart::Chart>>,
 }

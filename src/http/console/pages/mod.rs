@@ -82,10 +82,8 @@ async fn live(console: &Console) -> views::Live {
         fallbacks: batches.fallbacks.load(std::sync::atomic::Ordering::Relaxed),
         sweeps: sweep::store::runs(pool)
             .await
-            .unwrap_or_default()
-            .into_iter()
-            .map(sweep_view)
-            .collect(),
+            .ok()
+            .map(|runs| runs.into_iter().map(sweep_view).collect()),
         charts: vec![
             hour.ok().map(|c| chart::draw("Last hour", &c, now, 60, 60)),
             day.ok().map(|c| chart::draw("Last day", &c, now, 96, 900)),
