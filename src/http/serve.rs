@@ -45,6 +45,10 @@ pub struct ConnectionLimits {
     pub max_header_bytes: usize,
     /// Most connections open at once (already held below the file limit).
     pub max_connections: usize,
+    /// Whether handlers are told who connected (`ConnectInfo`: the
+    /// console's failure buckets). Off on the public listener, where no
+    /// handler asks and each connection would pay for it.
+    pub with_peer_address: bool,
 }
 
 /// Serves `router` on `listener` until `shutdown` is cancelled; then stops
@@ -77,7 +81,10 @@ pub async fn serve(
             continue;
         };
         // Handlers may ask who connected (the console's failure buckets).
-        let peer = stream.peer_addr().ok();
+        let peer = limits
+            .with_peer_address
+            .then(|| stream.peer_addr().ok())
+            .flatten();
         let service = match peer {
             Some(peer) => router.clone().layer(Extension(ConnectInfo(peer))),
             None => router.clone(),

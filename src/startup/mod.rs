@@ -122,7 +122,10 @@ impl Application {
                 serve::serve(
                     listener,
                     router,
-                    self.connections,
+                    ConnectionLimits {
+                        with_peer_address: true,
+                        ..self.connections
+                    },
                     self.shutdown.clone(),
                     self.grace,
                 )

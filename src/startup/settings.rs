@@ -221,6 +221,7 @@ pub(super) fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> Conn
         write_timeout: configured.write_timeout,
         max_header_bytes: usize::try_from(configured.max_header_bytes).unwrap_or(usize::MAX),
         max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+        with_peer_address: false,
     }
 }
 
