@@ -213,3 +213,88 @@ start_webhookd() {
     cat "$logfile" >&2
     die "webhookd did not become ready"
 }
+
+# Debian's PgBouncer, for the tests and benchmarks behind a transaction
+# pooler: installs the package when it is missing (as root, else with
+# sudo -n).
+require_pgbouncer() {
+    pgbouncer_bin >/dev/null && return 0
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo -n true 2>/dev/null || die "PgBouncer is needed for the pooler tests: install pgbouncer (Debian) or run as root"
+        sudo="sudo -n"
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "PgBouncer is needed for the pooler tests: install it (Debian: pgbouncer)"
+    log "installing PgBouncer (Debian package pgbouncer)"
+    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >&2 \
+        || die "could not install pgbouncer"
+    # The package starts a system-wide PgBouncer on 6432; ours run on ports of their own.
+    pgbouncer_bin >/dev/null || die "pgbouncer installed, yet not found"
+}
+
+pgbouncer_bin() { command -v pgbouncer 2>/dev/null || { [ -x /usr/sbin/pgbouncer ] && echo /usr/sbin/pgbouncer; }; }
+
+# start_pgbouncer DIR SERVER_URL [pool size] [server idle timeout]: PgBouncer
+# in pool_mode = transaction on a free loopback port, in front of the server
+# of SERVER_URL (trust auth, user postgres, every database), with no startup
+# parameter ignored (webhookd must send none it refuses). Sets PGBOUNCER_URL
+# (no database: append /NAME). Stop it with stop_pgbouncer.
+start_pgbouncer() {
+    local dir=$1 server=$2 size=${3:-20} idle=${4:-600} host port listen
+    read -r host port < <(python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(p.hostname or "127.0.0.1", p.port or 5432)' "$server")
+    mkdir -p "$dir"
+    listen=$(free_port 26432)
+    printf '"postgres" ""\n' > "$dir/users.txt"
+    cat > "$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=$host port=$port
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $listen
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+default_pool_size = $size
+max_client_conn = 2000
+server_idle_timeout = $idle
+ignore_startup_parameters =
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+    if [ "$(id -u)" -eq 0 ]; then
+        PG_USER=${PG_USER:-$(pg_user)}
+        chown -R "$PG_USER" "$dir"
+    fi
+    # As a daemon with a pid file: as root it runs under runuser, which
+    # would not pass a signal on.
+    as_pg_user "$(pgbouncer_bin)" -d -q "$dir/pgbouncer.ini" >/dev/null 2>&1 \
+        || { cat "$dir/pgbouncer.log" >&2 || true; die "PgBouncer did not start"; }
+    PGBOUNCER_PIDFILE=$dir/pgbouncer.pid
+    PGBOUNCER_URL="postgres://postgres@127.0.0.1:$listen"
+    local bindir
+    bindir=$(pg_bindir)
+    for _ in $(seq 1 100); do
+        if "$bindir/pg_isready" -q -h 127.0.0.1 -p "$listen" -d postgres 2>/dev/null; then
+            log "PgBouncer (transaction mode) is running: $PGBOUNCER_URL"
+            return 0
+        fi
+        sleep 0.1
+    done
+    cat "$dir/pgbouncer.log" >&2 || true
+    die "PgBouncer did not start"
+}
+
+stop_pgbouncer() {
+    local pid
+    if [ -n "${PGBOUNCER_PIDFILE:-}" ] && pid=$(cat "$PGBOUNCER_PIDFILE" 2>/dev/null); then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    PGBOUNCER_PIDFILE=
+}
+
+# with_database URL NAME: URL with its database replaced by NAME.
+with_database() {
+    python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$1" "$2"
+}

@@ -46,11 +46,44 @@ impl Role {
     }
 }
 
+/// What sits between webhookd and Postgres (`WEBHOOKD_DB_POOLER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum DbPooler {
+    /// Nothing, or a pooler in session mode.
+    #[default]
+    None,
+    /// A pooler in transaction mode.
+    Transaction,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseSettings {
     /// Postgres connection string, e.g. postgres://user:pass@host:5432/webhookd.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<SecretString>,
+
+    /// What DATABASE_URL reaches Postgres through: `none` (Postgres itself,
+    /// or a pooler in session mode) or `transaction` (PgBouncer's
+    /// `pool_mode = transaction`, or a managed offering's pooler).
+    #[arg(
+        long,
+        env = "WEBHOOKD_DB_POOLER",
+        value_enum,
+        default_value_t = DbPooler::None,
+        global = true
+    )]
+    pub db_pooler: DbPooler,
+
+    /// A connection string of Postgres itself, past the pooler, for what
+    /// needs a session: migrations at start-up and LISTEN. Optional; see
+    /// WEBHOOKD_DB_POOLER.
+    #[arg(
+        long,
+        env = "WEBHOOKD_DIRECT_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub direct_database_url: Option<SecretString>,
 
     /// Most connections the pool opens.
     #[arg(

@@ -2,6 +2,7 @@
 //! forward: `refunded_minor` only grows and the status never goes back
 //! (`payment_status_rank` in the schema).
 
+use crate::db;
 use sqlx::PgConnection;
 
 #[derive(Debug)]
@@ -104,7 +105,8 @@ pub async fn of_user(
     user_id: &str,
     limit: i64,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
@@ -116,8 +118,10 @@ pub async fn of_user(
         user_id,
         limit,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// The payments an event recorded.
@@ -126,7 +130,8 @@ pub async fn of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
@@ -137,6 +142,8 @@ pub async fn of_event(
         provider,
         event_id,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }

@@ -20,7 +20,7 @@ use crate::db;
 /// without JIT ([`db::BEGIN_LOOKUP`]): estimated at many related events,
 /// its plan was JIT-compiled for longer than it ran.
 pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
-    let mut tx = pool.begin_with(db::BEGIN_LOOKUP).await?;
+    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
     let rows = sqlx::query!(
         r#"
         with recursive related as (select distinct provider, event_id from related_events($1)),

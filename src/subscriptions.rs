@@ -3,6 +3,7 @@
 //! nothing; on a tie the later arrival applies, except that a terminal status
 //! is never replaced by a non-terminal one.
 
+use crate::db;
 use sqlx::PgConnection;
 
 /// Statuses after which a subscription does not come back, in any case:
@@ -198,7 +199,8 @@ pub async fn rows(
     event: Option<(&str, &str)>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let (provider, event_id) = event.unzip();
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Row,
         r#"
         select provider as "provider!", subscription_id as "subscription_id!", user_id, status as "status!",
@@ -222,8 +224,10 @@ pub async fn rows(
         provider,
         event_id,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 #[cfg(test)]

@@ -76,7 +76,9 @@ pub async fn run(
     retention: &RetentionArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
-    let mut conn = pool.acquire().await?;
+    // One snapshot for both reads.
+    let mut conn =
+        crate::db::begin_with(pool, "begin isolation level repeatable read read only").await?;
     let mismatches = ledger::mismatches(&mut conn).await?;
     for m in &mismatches {
         writeln!(
@@ -91,6 +93,7 @@ pub async fn run(
     #[allow(clippy::cast_precision_loss)]
     let since = (Clock::System.now() as f64) - retention.window().as_secs_f64();
     let orphans = ledger::orphan_entries(&mut conn, since).await?;
+    conn.commit().await?;
     for (entry, provider, event_id) in &orphans {
         writeln!(
             out,

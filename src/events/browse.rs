@@ -94,7 +94,7 @@ pub async fn page(
         ),
         None => (None, None, None),
     };
-    let mut tx = pool.begin_with(db::BEGIN_LOOKUP).await?;
+    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
     let rows = match filter.q.as_deref() {
         None => {
             sqlx::query_as!(
@@ -181,7 +181,7 @@ pub async fn counts_by_outcome(
     since: i64,
     bucket_secs: i64,
 ) -> Result<Vec<(i64, String, i64)>, sqlx::Error> {
-    let mut tx = pool.begin_with(db::BEGIN_LOOKUP).await?;
+    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
     let rows = sqlx::query!(
         r#"
         select extract(epoch from bucket)::bigint as "bucket!", outcome, count as "count!"
@@ -217,7 +217,8 @@ pub struct Deferred {
 
 /// The events waiting longest first, up to `limit`.
 pub async fn deferred(pool: &PgPool, limit: i64) -> Result<Vec<Deferred>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Deferred,
         r#"
         select d.provider, d.event_id, e.event_type, d.waits_for,
@@ -229,12 +230,15 @@ pub async fn deferred(pool: &PgPool, limit: i64) -> Result<Vec<Deferred>, sqlx::
         "#,
         limit,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// How many events wait, and for how long the oldest has (seconds).
 pub async fn deferred_depth(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
+    let mut tx = db::read(pool).await?;
     let row = sqlx::query!(
         r#"
         select count(*) as "count!",
@@ -242,8 +246,9 @@ pub async fn deferred_depth(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
         from deferred_events
         "#
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok((row.count, row.oldest))
 }
 

@@ -1,5 +1,6 @@
 //! Events recorded without effects: imported from an earlier handler.
 
+use crate::db;
 use sqlx::{PgConnection, PgPool};
 
 use crate::providers::{Event, Via};
@@ -52,6 +53,7 @@ pub async fn import_rows(
     let ids: Vec<String> = rows.iter().map(|r| r.event_id.clone()).collect();
     let types: Vec<String> = rows.iter().map(|r| r.event_type.clone()).collect();
     let at: Vec<Option<i64>> = rows.iter().map(|r| r.processed_at).collect();
+    let mut tx = db::begin(pool).await?;
     let result = sqlx::query!(
         r#"
         insert into processed_events
@@ -70,8 +72,9 @@ pub async fn import_rows(
         &at as &[Option<i64>],
         Via::Import.as_str(),
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(result.rows_affected())
 }
 
@@ -82,6 +85,7 @@ pub async fn recorded(
     provider: &str,
     event_ids: &[String],
 ) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    let mut tx = db::read(pool).await?;
     let found = sqlx::query_scalar!(
         r#"
         select event_id from processed_events
@@ -90,7 +94,8 @@ pub async fn recorded(
         provider,
         event_ids,
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(found.into_iter().collect())
 }

@@ -1,5 +1,6 @@
 //! Reading and pruning the recorded events.
 
+use crate::db;
 use serde_json::Value;
 use sqlx::PgPool;
 
@@ -22,7 +23,8 @@ pub async fn find(
     provider: &str,
     event_id: &str,
 ) -> Result<Option<Stored>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Stored,
         r#"
         select provider, event_id, event_type, outcome, detail, payload::text as "payload!",
@@ -35,8 +37,10 @@ pub async fn find(
         provider,
         event_id,
     )
-    .fetch_optional(pool)
-    .await
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// Deletes up to `batch` events received before `cutoff` (Unix seconds),
@@ -45,6 +49,7 @@ pub async fn find(
 /// are events whose ledger entry is newer than the cutoff (applied late), so
 /// that `reconcile` finds every young entry's event.
 pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     let result = sqlx::query!(
         r#"
         delete from processed_events
@@ -63,7 +68,8 @@ pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, 
         cutoff,
         batch,
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(result.rows_affected())
 }

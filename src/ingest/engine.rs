@@ -15,7 +15,7 @@ use crate::effects::plan::KEY_LOCK_CLASS;
 use crate::effects::{self, Applied, Plan};
 use crate::events::{self, Claim, Lock, Outcome, Recorded};
 use crate::providers::Event;
-use crate::{ledger, outbox};
+use crate::{db, ledger, outbox};
 
 use super::Error;
 
@@ -71,7 +71,7 @@ pub(super) async fn commit(
     let plans: Vec<Plan> = events.iter().map(|event| effects::plan(event)).collect();
     let claims: Vec<Claim<'_>> = events.iter().map(|event| Claim::of(event)).collect();
     let all: Vec<(&Event, &Plan)> = events.iter().copied().zip(&plans).collect();
-    let mut tx = pool.begin_with(begin).await?;
+    let mut tx = db::begin_with(pool, begin).await?;
     let claimed = lock(&mut tx, &claims, &all).await?;
     if claimed.is_empty() {
         tx.rollback().await?;
@@ -122,7 +122,7 @@ pub(super) async fn reapply(
     record: impl FnOnce(&Applied) -> bool,
 ) -> Result<(Applied, bool), Error> {
     let plan = effects::plan(event);
-    let mut tx = pool.begin_with(BEGIN_ONE).await?;
+    let mut tx = db::begin_with(pool, BEGIN_ONE).await?;
     lock(&mut tx, &[], &[(event, &plan)]).await?;
     let applied = apply_in_order(&mut tx, &[(event, &plan)])
         .await?

@@ -121,7 +121,7 @@ pub async fn announce_delivery_gap(
     payload: &serde_json::Value,
 ) -> Result<(), sqlx::Error> {
     let event_id = format!("delivery_gap:{until}");
-    let mut tx = pool.begin().await?;
+    let mut tx = db::begin(pool).await?;
     if !events::claim_own(&mut tx, provider, &event_id, DELIVERY_GAP, payload).await? {
         return Ok(());
     }
@@ -151,12 +151,12 @@ async fn reject(pool: &PgPool, event: &Event, poison: &db::Poison) -> Result<Rec
         constraint = poison.constraint.as_deref(),
         "the database refuses this event's data: recorded as rejected"
     );
-    let mut tx = pool.begin().await?;
+    let mut tx = db::begin(pool).await?;
     let mut payload_stored = true;
     let claimed = match events::claim(&mut tx, Claim::of(event)).await {
         Err(error) if db::Poison::of(&error).is_some() => {
             tx.rollback().await?;
-            tx = pool.begin().await?;
+            tx = db::begin(pool).await?;
             payload_stored = false;
             events::claim(&mut tx, Claim::without_payload(event)).await?
         }

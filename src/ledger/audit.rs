@@ -1,6 +1,7 @@
 //! Reading the ledger back: audits against the provider, and the checks of
 //! `webhookd reconcile`.
 
+use crate::db;
 use sqlx::PgConnection;
 
 use super::EntryKind;
@@ -24,7 +25,8 @@ pub async fn credits_for_audit(
     since: i64,
     until: i64,
 ) -> Result<Vec<Credited>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Credited,
         r#"
         select c.source_ref, c.user_id, c.currency, c.amount_minor,
@@ -41,8 +43,10 @@ pub async fn credits_for_audit(
         since,
         until,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// Which of `source_refs` have an entry of `kind` under `provider`.
@@ -52,6 +56,7 @@ pub async fn existing(
     kind: EntryKind,
     source_refs: &[String],
 ) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    let mut tx = db::read(pool).await?;
     let found = sqlx::query_scalar!(
         r#"
         select source_ref from wallet_entries
@@ -61,8 +66,9 @@ pub async fn existing(
         kind.as_str(),
         source_refs,
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(found.into_iter().collect())
 }
 

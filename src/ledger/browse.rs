@@ -1,6 +1,7 @@
 //! A user's wallets and entries, and an event's entries, as the console
 //! shows them.
 
+use crate::db;
 use sqlx::PgPool;
 
 #[derive(Debug, Clone)]
@@ -25,7 +26,8 @@ pub struct EntryRow {
 }
 
 pub async fn wallets_of_user(pool: &PgPool, user_id: &str) -> Result<Vec<WalletRow>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         WalletRow,
         r#"
         select user_id, currency, balance_minor,
@@ -35,8 +37,10 @@ pub async fn wallets_of_user(pool: &PgPool, user_id: &str) -> Result<Vec<WalletR
         "#,
         user_id,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// The user's newest entries first, up to `limit`.
@@ -45,7 +49,8 @@ pub async fn entries_of_user(
     user_id: &str,
     limit: i64,
 ) -> Result<Vec<EntryRow>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         EntryRow,
         r#"
         select id, user_id, currency, amount_minor, kind, provider, source_ref, event_id,
@@ -57,8 +62,10 @@ pub async fn entries_of_user(
         user_id,
         limit,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// The entries an event wrote.
@@ -67,7 +74,8 @@ pub async fn entries_of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<EntryRow>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         EntryRow,
         r#"
         select id, user_id, currency, amount_minor, kind, provider, source_ref, event_id,
@@ -78,6 +86,8 @@ pub async fn entries_of_event(
         provider,
         event_id,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }

@@ -3,6 +3,7 @@
 //! in the same statement that writes the entry, so `balance_minor` always
 //! equals the sum of the wallet's entries.
 
+use crate::db;
 use sqlx::PgConnection;
 
 mod audit;
@@ -297,6 +298,7 @@ pub struct DrillCounts {
 }
 
 pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCounts, sqlx::Error> {
+    let mut tx = db::read(pool).await?;
     let row = sqlx::query!(
         r#"
         with events as (
@@ -339,8 +341,10 @@ pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCoun
         "#,
         prefix,
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
+    let mut tx = db::read(pool).await?;
     let totals = sqlx::query!(
         r#"
         select currency, sum(balance_minor)::bigint as "total!"
@@ -349,8 +353,9 @@ pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCoun
         "#,
         prefix,
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(DrillCounts {
         stripe_events: row.stripe_events,
         razorpay_events: row.razorpay_events,

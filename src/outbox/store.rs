@@ -1,5 +1,6 @@
 //! All outbox SQL.
 
+use crate::db;
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
@@ -156,6 +157,7 @@ pub struct Depth {
 }
 
 pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
+    let mut tx = db::read(pool).await?;
     let row = sqlx::query!(
         r#"
         select count(*) filter (where dead_at is null) as "pending!",
@@ -166,8 +168,9 @@ pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
         where delivered_at is null
         "#
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(Depth {
         pending: row.pending,
         oldest_pending_secs: row.oldest,
@@ -183,6 +186,7 @@ pub async fn prune_delivered_batch(
     cutoff: f64,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     let result = sqlx::query!(
         r#"
         delete from outbox
@@ -196,7 +200,8 @@ pub async fn prune_delivered_batch(
         cutoff,
         batch,
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(result.rows_affected())
 }

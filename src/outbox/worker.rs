@@ -108,19 +108,31 @@ pub struct Drainer {
     /// Once cancelled, no new delivery starts.
     pub(super) stopping: CancellationToken,
     pub(super) waker: Waker,
+    /// Where it LISTENs for new rows: a session connection's pool (the
+    /// drainer's own pool, unless told otherwise), or nowhere (it polls).
+    listen: Option<PgPool>,
 }
 
 impl Drainer {
     pub fn new(pool: PgPool, sink: Sink, settings: DrainerSettings, clock: Clock) -> Self {
         Drainer {
-            pool,
+            pool: pool.clone(),
             sink: Arc::new(sink),
             settings,
             clock,
             stats: Arc::default(),
             stopping: CancellationToken::new(),
             waker: Waker::default(),
+            listen: Some(pool),
         }
+    }
+
+    /// LISTENs on `listen` rather than on the drainer's own pool, or, with
+    /// `None`, not at all (behind a transaction pooler, where LISTEN cannot
+    /// work): it then wakes on its [`Waker`] and polls.
+    pub fn listening_on(mut self, listen: Option<PgPool>) -> Self {
+        self.listen = listen;
+        self
     }
 
     pub fn stats(&self) -> &Arc<DrainerStats> {
@@ -189,13 +201,18 @@ impl Drainer {
     /// same `webhook-id`.
     pub async fn run(mut self, shutdown: CancellationToken, grace: Duration) {
         self.stopping = shutdown.clone();
-        let listener = tokio::spawn(listen(self.pool.clone(), self.waker(), shutdown.clone()));
+        let listener = self
+            .listen
+            .clone()
+            .map(|pool| tokio::spawn(listen(pool, self.waker(), shutdown.clone())));
         if let Err(error) = Pipeline::new(&self, Mode::Continuous).run(grace).await {
             tracing::error!(error = %error, "outbox drainer failed");
         }
         // Stopped and waited for: nothing of the drainer outlives `run`.
-        listener.abort();
-        let _ = listener.await;
+        if let Some(listener) = listener {
+            listener.abort();
+            let _ = listener.await;
+        }
         tracing::info!("outbox drainer stopped");
     }
 }

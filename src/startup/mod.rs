@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
 use crate::config::{self, DatabaseSettings, ServeSettings};
+use crate::db;
 use crate::http::metrics::{Metrics, WorkerStats};
 use crate::http::serve::{self, ConnectionLimits};
 use crate::http::{self, AppState, Limits};
@@ -208,9 +209,16 @@ pub async fn serve(
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
     )?;
     validate(&settings, database)?;
-    migrate(database)
-        .await
-        .context("migrations failed at start-up")?;
+    let options = database_options(database)?;
+    if db::session_options(&options)?.is_some() {
+        migrate(database)
+            .await
+            .context("migrations failed at start-up")?;
+    } else {
+        // Behind a transaction pooler with no direct URL: no session to
+        // migrate on, so only check that someone did.
+        require_migrated(&pool).await?;
+    }
     let shutdown = CancellationToken::new();
     let stopped = CancellationToken::new();
     let signals = tokio::spawn(stop_on_signal(shutdown.clone(), stopped.clone()));
@@ -220,7 +228,14 @@ pub async fn serve(
         ..Workers::default()
     };
     if settings.role.drains() {
-        let drainer = drainer(&settings, pool.clone(), Clock::System)?;
+        let listen = db::session_pool(&options)?;
+        if listen.is_none() {
+            tracing::info!(
+                poll = ?settings.outbox.outbox_poll,
+                "the outbox drainer polls: LISTEN needs a session, which a transaction pooler does not give (set WEBHOOKD_DIRECT_DATABASE_URL)"
+            );
+        }
+        let drainer = drainer(&settings, pool.clone(), Clock::System)?.listening_on(listen);
         workers.stats.deliveries = Some(drainer.stats().clone());
         // Ingest wakes this drainer directly; LISTEN still hears ingest in
         // other processes (the API role).
@@ -244,6 +259,20 @@ pub async fn serve(
     let _ = signals.await;
     tracing::info!("stopped");
     served
+}
+
+/// Fails unless every migration of this binary has been applied.
+async fn require_migrated(pool: &PgPool) -> anyhow::Result<()> {
+    let applied = db::migrations_applied(pool)
+        .await
+        .context("cannot read which migrations are applied")?;
+    anyhow::ensure!(
+        applied,
+        "the database has migrations pending, and serve does not migrate behind a transaction \
+         pooler (WEBHOOKD_DB_POOLER=transaction) without a session: run `webhookd migrate` with \
+         DATABASE_URL on the database itself, or set WEBHOOKD_DIRECT_DATABASE_URL"
+    );
+    Ok(())
 }
 
 /// The first SIGTERM or SIGINT starts a graceful shutdown; a second forces

@@ -8,7 +8,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 
 use crate::config::{
-    DatabaseSettings, PaypalEnv, SIMULATOR_WEBHOOK_ID, ServeSettings, SourceScheme,
+    DatabaseSettings, DbPooler, PaypalEnv, SIMULATOR_WEBHOOK_ID, ServeSettings, SourceScheme,
 };
 use crate::db;
 use crate::http::serve::{self, ConnectionLimits};
@@ -22,8 +22,13 @@ use crate::providers::{self, Providers};
 /// before anything starts, and reports every problem at once, one a line.
 pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow::Result<()> {
     let mut problems: Vec<String> = Vec::new();
-    if let Err(error) = database_options(database) {
-        problems.push(error.to_string());
+    match database_options(database) {
+        Err(error) => problems.push(error.to_string()),
+        Ok(options) => {
+            if let Err(error) = db::session_options(&options) {
+                problems.push(error.to_string());
+            }
+        }
     }
     // Built to check every key, without creating PayPal's certificate
     // directory: that is checked read-only, and created when serving.
@@ -146,6 +151,12 @@ fn paypal_settings(settings: &ServeSettings) -> Option<PaypalSettings> {
 pub fn database_options(settings: &DatabaseSettings) -> anyhow::Result<db::Options> {
     Ok(db::Options {
         url: settings.url()?.to_owned().into(),
+        pooler: match settings.db_pooler {
+            DbPooler::None => db::Pooler::None,
+            DbPooler::Transaction => db::Pooler::Transaction,
+        },
+        // Empty (as `${VAR:-}` in compose files gives) is unset.
+        direct_url: set(&settings.direct_database_url),
         max_connections: settings.db_max_connections,
         acquire_timeout: settings.db_acquire_timeout,
         statement_timeout: settings.db_statement_timeout,
@@ -239,6 +250,8 @@ mod tests {
         settings.admin.admin_session_ttl = Duration::from_secs(5);
         let database = DatabaseSettings {
             database_url: None,
+            db_pooler: DbPooler::None,
+            direct_database_url: None,
             db_max_connections: 4,
             db_acquire_timeout: Duration::from_secs(1),
             db_statement_timeout: Duration::from_secs(1),
@@ -285,6 +298,8 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let database = DatabaseSettings {
             database_url: Some("postgres://localhost/webhookd".to_owned().into()),
+            db_pooler: DbPooler::None,
+            direct_database_url: None,
             db_max_connections: 4,
             db_acquire_timeout: Duration::from_secs(1),
             db_statement_timeout: Duration::from_secs(1),
@@ -308,6 +323,8 @@ mod tests {
     fn the_defaults_are_valid() {
         let database = DatabaseSettings {
             database_url: Some("postgres://localhost/webhookd".to_owned().into()),
+            db_pooler: DbPooler::None,
+            direct_database_url: None,
             db_max_connections: 4,
             db_acquire_timeout: Duration::from_secs(1),
             db_statement_timeout: Duration::from_secs(1),

@@ -176,6 +176,8 @@ async fn apply_one(pool: &PgPool, event: &Event) -> anyhow::Result<Outcome> {
 }
 
 async fn import(pool: &PgPool, event: &Event) -> anyhow::Result<bool> {
-    let mut conn = pool.acquire().await?;
-    Ok(events::import(&mut conn, event).await?)
+    let mut tx = crate::db::begin(pool).await?;
+    let imported = events::import(&mut tx, event).await?;
+    tx.commit().await?;
+    Ok(imported)
 }

@@ -2,6 +2,7 @@
 //! cut-over before which no sweep reads, one row per provider. All of its
 //! SQL.
 
+use crate::db;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -25,11 +26,12 @@ pub async fn lease(
     provider: &str,
     lease: Duration,
 ) -> Result<Option<Lease>, sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     sqlx::query!(
         "insert into sweeps (provider) values ($1) on conflict (provider) do nothing",
         provider
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
     let row = sqlx::query!(
         r#"
@@ -43,8 +45,9 @@ pub async fn lease(
         provider,
         lease.as_secs_f64(),
     )
-    .fetch_optional(pool)
+    .fetch_optional(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(row.map(|row| Lease {
         holder: row.holder,
         swept_until: row.swept_until,
@@ -63,6 +66,7 @@ pub async fn advance(
     swept_until: i64,
     lease: Duration,
 ) -> Result<bool, sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     let result = sqlx::query!(
         r#"
         update sweeps set
@@ -75,21 +79,24 @@ pub async fn advance(
         swept_until,
         lease.as_secs_f64(),
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(result.rows_affected() == 1)
 }
 
 /// Gives the lease back without recording a run (the process is stopping),
 /// if `holder` still holds it.
 pub async fn release(pool: &PgPool, provider: &str, holder: &str) -> Result<(), sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     sqlx::query!(
         "update sweeps set leased_until = null, holder = null where provider = $1 and holder::text = $2",
         provider,
         holder,
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -101,6 +108,7 @@ pub async fn finish(
     succeeded: bool,
     result: &Value,
 ) -> Result<(), sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     sqlx::query!(
         r#"
         update sweeps set
@@ -116,8 +124,9 @@ pub async fn finish(
         succeeded,
         result,
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -125,6 +134,7 @@ pub async fn finish(
 /// created before `at` (Unix seconds), so no sweep reads earlier. Never
 /// moves it back.
 pub async fn cut_over(pool: &PgPool, provider: &str, at: i64) -> Result<(), sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     sqlx::query!(
         r#"
         insert into sweeps (provider, not_before) values ($1, to_timestamp($2::bigint))
@@ -134,33 +144,38 @@ pub async fn cut_over(pool: &PgPool, provider: &str, at: i64) -> Result<(), sqlx
         provider,
         at,
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(())
 }
 
 /// The cut-over of `provider`'s imports (Unix seconds), if any.
 pub async fn not_before(pool: &PgPool, provider: &str) -> Result<Option<i64>, sqlx::Error> {
+    let mut tx = db::read(pool).await?;
     let at = sqlx::query_scalar!(
         r#"select extract(epoch from not_before)::bigint from sweeps where provider = $1"#,
         provider
     )
-    .fetch_optional(pool)
+    .fetch_optional(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(at.flatten())
 }
 
 /// The last successful run of each provider's sweep (Unix seconds), for
 /// `/metrics`.
 pub async fn last_successes(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let mut tx = db::read(pool).await?;
     let rows = sqlx::query!(
         r#"
         select provider, extract(epoch from last_success_at)::bigint as "at!"
         from sweeps where last_success_at is not null order by provider
         "#
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(rows.into_iter().map(|row| (row.provider, row.at)).collect())
 }
 
@@ -175,7 +190,8 @@ pub struct Run {
 }
 
 pub async fn runs(pool: &PgPool) -> Result<Vec<Run>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Run,
         r#"
         select provider,
@@ -185,6 +201,8 @@ pub async fn runs(pool: &PgPool) -> Result<Vec<Run>, sqlx::Error> {
         from sweeps order by provider
         "#
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }

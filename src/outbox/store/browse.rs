@@ -2,6 +2,7 @@
 //! dead rows by topic and error text, keyset-paginated by id, and a bulk
 //! retry that first counts what it would touch.
 
+use crate::db;
 use sqlx::PgPool;
 
 use super::Listed;
@@ -24,7 +25,8 @@ pub async fn page(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Listed,
         r#"
         select id, topic, provider, event_id, attempts,
@@ -49,8 +51,10 @@ pub async fn page(
         after,
         limit,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// The rows of one event, delivered or not, oldest first. The outbox has
@@ -64,7 +68,8 @@ pub async fn of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Listed,
         r#"
         with recursive topics (topic) as (
@@ -89,8 +94,10 @@ pub async fn of_event(
         provider,
         event_id,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// What a bulk retry of `filter`'s dead rows would touch.
@@ -106,7 +113,8 @@ pub struct Counted {
 }
 
 pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         Counted,
         r#"
         select count(*) as "count!", max(id) as max_id,
@@ -119,8 +127,10 @@ pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx:
         filter.topic,
         filter.error,
     )
-    .fetch_one(pool)
-    .await
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// Which dead rows a retry takes besides the filter: one row, rows up to
@@ -139,7 +149,8 @@ pub async fn retry_dead_matching(
     filter: &Filter,
     bound: &Bound<'_>,
 ) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar!(
+    let mut tx = db::begin(pool).await?;
+    let answer = sqlx::query_scalar!(
         r#"
         update outbox
         set dead_at = null, requeued_attempts = attempts, available_at = now(), locked_until = null
@@ -157,8 +168,10 @@ pub async fn retry_dead_matching(
         bound.max_id,
         bound.dead_by,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// One failed delivery attempt.
@@ -178,7 +191,8 @@ pub async fn failed_attempts(
     pool: &PgPool,
     ids: &[i64],
 ) -> Result<Vec<FailedAttempt>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
         FailedAttempt,
         r#"
         select outbox_id, attempt,
@@ -191,6 +205,8 @@ pub async fn failed_attempts(
         "#,
         ids,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }

@@ -1,6 +1,7 @@
 //! The drainer's SQL: one statement leases a batch of due rows (bounded by
 //! count and by payload bytes), one records the outcomes of many deliveries.
 
+use crate::db;
 use sqlx::PgPool;
 
 use crate::sinks::Message;
@@ -69,6 +70,7 @@ pub async fn lease(
     terms: Terms,
     now: Option<f64>,
 ) -> Result<Lease, sqlx::Error> {
+    let mut tx = db::begin(pool).await?;
     let rows = sqlx::query_as!(
         LeaseRow,
         r#"
@@ -142,8 +144,9 @@ pub async fn lease(
         budget.oversized,
         terms.ordered,
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(Lease::from(rows))
 }
 
@@ -253,7 +256,8 @@ pub async fn record_many(
         after_secs.push(after);
         errors.push(error);
     }
-    sqlx::query_scalar!(
+    let mut tx = db::begin(pool).await?;
+    let answer = sqlx::query_scalar!(
         r#"
         with clock as (select coalesce(to_timestamp($6::float8), now()) as now),
         settled as (
@@ -293,8 +297,10 @@ pub async fn record_many(
         &errors as &[Option<&str>],
         now,
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
 }
 
 /// Records the outcome of attempt `attempts` of row `id` ([`record_many`]
