@@ -9,18 +9,29 @@
 #   scripts/chaos.sh            all six scenarios (about 5 minutes)
 #   scripts/chaos.sh --short    one crash, one database outage and a sweep
 #                               of 1,000 events (CI)
+#   ... --pooler                the same with webhookd's DATABASE_URL on
+#                               PgBouncer in transaction mode
+#                               (WEBHOOKD_DB_POOLER=transaction), and no
+#                               direct URL: it polls, and migrates nothing
+#   ... --pooler-direct         the same, with WEBHOOKD_DIRECT_DATABASE_URL
+#                               for migrations and LISTEN
+# In every mode, an answer 500 to a delivery fails its scenario: whatever a
+# restart, an outage or a pooler causes is retryable, and answered 503.
 #
 # WEBHOOKD_BIN=path uses that binary instead of building a release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-short=
-case "${1:-}" in
-    --short) short=1 ;;
-    "") ;;
-    *) die "usage: scripts/chaos.sh [--short]" ;;
-esac
+short= pooler=
+for arg in "$@"; do
+    case "$arg" in
+        --short) short=1 ;;
+        --pooler) pooler=transaction ;;
+        --pooler-direct) pooler=direct ;;
+        *) die "usage: scripts/chaos.sh [--short] [--pooler | --pooler-direct]" ;;
+    esac
+done
 command -v python3 >/dev/null || die "python3 is needed (counting sink, signing, JSON)"
 command -v curl >/dev/null || die "curl is needed"
 
@@ -31,6 +42,7 @@ cleanup() {
     set +e
     for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
     wait 2>/dev/null
+    stop_pgbouncer
     stop_cluster
     rm -rf "$scratch"
 }
@@ -40,6 +52,12 @@ trap cleanup EXIT
 unset DATABASE_URL
 start_cluster "$scratch/data" max_connections=300
 admin_url=$DATABASE_URL
+mode=""
+if [ -n "$pooler" ]; then
+    require_pgbouncer
+    start_pgbouncer "$scratch/pgbouncer" "$admin_url" 20
+    mode="[PgBouncer, transaction mode, $([ "$pooler" = direct ] && echo "a direct URL" || echo "no direct URL")] "
+fi
 release_binary
 secret=whsec_chaos_endpoint
 sink_secret=whsec_Y2hhb3Mtc2luay1zaWduaW5nLWtleQ==
@@ -47,12 +65,26 @@ failures=0
 results=()
 
 report() { # report PASS|FAIL "scenario: figures"
-    results+=("$1 $2")
-    printf '%s %s\n' "$1" "$2"
+    results+=("$1 $mode$2")
+    printf '%s %s%s\n' "$1" "$mode" "$2"
     [ "$1" = PASS ] || failures=$((failures + 1))
 }
 
 psql_at() { "$PG_BINDIR/psql" -tAq -v ON_ERROR_STOP=1 -d "$1" -c "$2"; }
+
+# app_env DB_URL: the database settings of a webhookd process of DB_URL's
+# database, one VAR=value a line: direct, or on PgBouncer (--pooler,
+# --pooler-direct). The checks read DB_URL directly.
+app_env() {
+    case "$pooler" in
+        "") printf 'DATABASE_URL=%s\n' "$1" ;;
+        *)
+            printf 'DATABASE_URL=%s\nWEBHOOKD_DB_POOLER=transaction\n' \
+                "$(with_database "$PGBOUNCER_URL" "$(basename "$1")")"
+            if [ "$pooler" = direct ]; then printf 'WEBHOOKD_DIRECT_DATABASE_URL=%s\n' "$1"; fi
+            ;;
+    esac
+}
 
 # A counting sink: appends each delivery's webhook-id to FILE, answers 204.
 start_sink() { # start_sink PORT FILE
@@ -88,7 +120,9 @@ PY
 # back after it), a 5 s sink timeout.
 serve() {
     local db_url=$1 port=$2 sink_port=$3; shift 3
-    env DATABASE_URL="$db_url" WEBHOOKD_LISTEN="127.0.0.1:$port" WEBHOOKD_ADMIN_LISTEN=127.0.0.1:0 STRIPE_WEBHOOK_SECRET="$secret" \
+    local database
+    mapfile -t database < <(app_env "$db_url")
+    env "${database[@]}" WEBHOOKD_LISTEN="127.0.0.1:$port" WEBHOOKD_ADMIN_LISTEN=127.0.0.1:0 STRIPE_WEBHOOK_SECRET="$secret" \
         WEBHOOKD_SINK_URL="http://127.0.0.1:$sink_port/" WEBHOOKD_SINK_SECRET="$sink_secret" \
         WEBHOOKD_OUTBOX_BACKOFF_CAP=2s WEBHOOKD_SINK_TIMEOUT=5s WEBHOOKD_OUTBOX_LEASE=10s \
         WEBHOOKD_LOG_FORMAT=json RUST_LOG=warn \
@@ -138,6 +172,9 @@ drill() { # drill DB_URL URL... -- drill args
 json_field() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2], {}, {"d": d}))' "$1" "$2"; }
 
 reconciled() { DATABASE_URL=$1 "$binary" reconcile > "$scratch/reconcile.out" 2>&1; }
+
+# Whether the JSON answer of a drill or a delivery run counts no 500.
+no_500() { [ "$(json_field "$1" 'd["statuses"].get("500", 0)')" = 0 ]; }
 
 # Signs and posts one payment_intent.succeeded; prints the HTTP status.
 post_credit() { # post_credit PORT EVENT_ID USER AMOUNT
@@ -218,8 +255,9 @@ field() { json_field "$1" "d.get('$2')"; } # field JSON NAME
 # webhookd sweep stripe against the fake on API_PORT; prints its JSON line
 # (the last on stdout: log lines, such as its warning, come before it).
 sweep_stripe() { # sweep_stripe DB_URL API_PORT KEY [sweep args...]
-    local db_url=$1 api_port=$2 key=$3; shift 3
-    DATABASE_URL=$db_url STRIPE_API_KEY=$key WEBHOOKD_STRIPE_API_BASE="http://127.0.0.1:$api_port" \
+    local db_url=$1 api_port=$2 key=$3 database; shift 3
+    mapfile -t database < <(app_env "$db_url")
+    env "${database[@]}" STRIPE_API_KEY=$key WEBHOOKD_STRIPE_API_BASE="http://127.0.0.1:$api_port" \
         WEBHOOKD_LOG_FORMAT=json RUST_LOG=warn "$binary" sweep stripe "$@" > "$scratch/sweep.out" 2>&1 \
         || { cat "$scratch/sweep.out" >> "$scratch/sweep.log"; return 1; }
     cat "$scratch/sweep.out" >> "$scratch/sweep.log"
@@ -263,7 +301,7 @@ crash_loop() {
     read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
     local verdict=FAIL
     if [ "$kills" -ge 1 ] && [ "$verified" = True ] && [ "$reconcile" = ok ] && [ "$drained" = ok ] \
-        && [ "$missing" = 0 ] && [ "$unknown" = 0 ] && [ "$dead" = 0 ]; then verdict=PASS; fi
+        && [ "$missing" = 0 ] && [ "$unknown" = 0 ] && [ "$dead" = 0 ] && no_500 "$out"; then verdict=PASS; fi
     report "$verdict" "crash loop: $events events x 5 copies, $kills SIGKILLs in $(( $(date +%s) - started )) s; statuses $statuses; duplicates absorbed $duplicates; drill verification $verified; reconcile $reconcile; outbox rows $rows, deliveries $deliveries, missing $missing, unknown ids $unknown, dead $dead, drained $drained"
     kill "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
 }
@@ -283,12 +321,15 @@ db_outage() {
     pids+=("$drill_pid")
     sleep 1
     as_pg_user "$PG_BINDIR/pg_ctl" -D "$PG_CLUSTER_DIR" -m fast -w stop >/dev/null
-    local stopped_at probes=0 probe_2xx=0 ready_2xx=0 readyz
+    local stopped_at probes=0 probe_2xx=0 probe_500=0 ready_2xx=0 readyz
     stopped_at=$(date +%s)
     # Fresh events during the outage: none may be answered 2xx.
     while [ "$(( $(date +%s) - stopped_at ))" -lt "$outage" ]; do
         probes=$((probes + 1))
-        case "$(post_credit "$port" "evt_outage_$probes" outage_user 100)" in 2*) probe_2xx=$((probe_2xx + 1)) ;; esac
+        case "$(post_credit "$port" "evt_outage_$probes" outage_user 100)" in
+            2*) probe_2xx=$((probe_2xx + 1)) ;;
+            500) probe_500=$((probe_500 + 1)) ;;
+        esac
         readyz=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/readyz" || echo 000)
         [ "$readyz" != 200 ] || ready_2xx=$((ready_2xx + 1))
         sleep 0.3
@@ -318,9 +359,10 @@ db_outage() {
     read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
     local verdict=FAIL
     if [ "$verified" = True ] && [ "$reconcile" = ok ] && [ "$probe_2xx" = 0 ] && [ "$ready_2xx" = 0 ] \
+        && no_500 "$out" && [ "$probe_500" = 0 ] \
         && [ "$retried" = "$probes" ] && [ "$balance" = "$((probes * 100))" ] && [ "$drained" = ok ] \
         && [ "$missing" = 0 ] && [ "$unknown" = 0 ]; then verdict=PASS; fi
-    report "$verdict" "database outage: ${outage} s stopped under a $events-event drill; probes during the outage $probes, answered 2xx $probe_2xx, /readyz 200 $ready_2xx; ready again $recovered after Postgres was started (webhookd not restarted); probes applied once on retry $retried/$probes (balance $balance); drill statuses $statuses, verification $verified; reconcile $reconcile; outbox rows $rows, missing $missing"
+    report "$verdict" "database outage: ${outage} s stopped under a $events-event drill; probes during the outage $probes, answered 2xx $probe_2xx, 500 $probe_500, /readyz 200 $ready_2xx; ready again $recovered after Postgres was started (webhookd not restarted); probes applied once on retry $retried/$probes (balance $balance); drill statuses $statuses, verification $verified; reconcile $reconcile; outbox rows $rows, missing $missing"
     kill "$SERVER_PID" "$SINK_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" 2>/dev/null || true
 }
 
@@ -504,7 +546,7 @@ PY
         && [ "$missing_entries" = 0 ] && [ "$doubled" = 0 ] && [ "$strays" = 0 ] && [ "$total" = "$expected" ] \
         && [ "$via_webhook" = "$rest" ] && [ "$via_sweep" = "$dropped" ] && [ "$reconcile" = ok ] \
         && [ "$drained" = ok ] && [ "$rows" = "$events" ] && [ "$missing" = 0 ] && [ "$unknown" = 0 ] \
-        && [ "$dead" = 0 ]; then verdict=PASS; fi
+        && [ "$dead" = 0 ] && no_500 "$on_time" && no_500 "$late"; then verdict=PASS; fi
     report "$verdict" "lost webhooks: $events credits, $dropped (a contiguous 30%) never delivered, the rest x 3 copies (outcomes $(json_field "$on_time" 'd["outcomes"]')); sweep listed $(field "$swept" listed) in $sweep_s s ($(field "$swept" pages) pages, $(field "$swept" requests) requests): recovered $(field "$swept" recovered), already seen $(field "$swept" already_seen) (dry run first: $(field "$dry" recovered); a wrong key refused: $refused); the dropped stretch delivered late x 2: $(json_field "$late" 'd["outcomes"]'); a second sweep recovered $(field "$again" recovered); ledger entries missing $missing_entries, doubled $doubled, strays $strays; wallet total $total of $expected; received via webhook $via_webhook, sweep $via_sweep; reconcile $reconcile; outbox rows $rows, missing $missing, unknown ids $unknown, dead $dead"
     kill "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null || true
 }

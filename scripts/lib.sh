@@ -236,18 +236,25 @@ pgbouncer_bin() { command -v pgbouncer 2>/dev/null || { [ -x /usr/sbin/pgbouncer
 
 # start_pgbouncer DIR SERVER_URL [pool size] [server idle timeout]: PgBouncer
 # in pool_mode = transaction on a free loopback port, in front of the server
-# of SERVER_URL (trust auth, user postgres, every database), with no startup
-# parameter ignored (webhookd must send none it refuses). Sets PGBOUNCER_URL
+# of SERVER_URL (every database, as its user), with no startup
+# parameter ignored (webhookd must send none it refuses), trying a server
+# that refused it again after 1 s (not 15), and failing a client that waited
+# 10 s for a server connection. Sets PGBOUNCER_URL
 # (no database: append /NAME). Stop it with stop_pgbouncer.
 start_pgbouncer() {
-    local dir=$1 server=$2 size=${3:-20} idle=${4:-600} host port listen
-    read -r host port < <(python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(p.hostname or "127.0.0.1", p.port or 5432)' "$server")
+    local dir=$1 server=$2 size=${3:-20} idle=${4:-600} host port user password listen
+    read -r host port user password < <(python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(p.hostname or "127.0.0.1", p.port or 5432, u.unquote(p.username or "postgres"), u.unquote(p.password or "-"))' "$server")
     mkdir -p "$dir"
+    chmod 700 "$dir"
     listen=$(free_port 26432)
-    printf '"postgres" ""\n' > "$dir/users.txt"
+    # Clients come in as the server's user, trusted on loopback; PgBouncer
+    # logs in to the server with the URL's password, if it has one.
+    printf '"%s" ""\n' "$user" > "$dir/users.txt"
+    local credentials="user=$user"
+    if [ "$password" != - ]; then credentials="$credentials password=$password"; fi
     cat > "$dir/pgbouncer.ini" <<INI
 [databases]
-* = host=$host port=$port
+* = host=$host port=$port $credentials
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = $listen
@@ -258,6 +265,8 @@ pool_mode = transaction
 default_pool_size = $size
 max_client_conn = 2000
 server_idle_timeout = $idle
+server_login_retry = 1
+query_wait_timeout = 10
 ignore_startup_parameters =
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
@@ -271,11 +280,11 @@ INI
     as_pg_user "$(pgbouncer_bin)" -d -q "$dir/pgbouncer.ini" >/dev/null 2>&1 \
         || { cat "$dir/pgbouncer.log" >&2 || true; die "PgBouncer did not start"; }
     PGBOUNCER_PIDFILE=$dir/pgbouncer.pid
-    PGBOUNCER_URL="postgres://postgres@127.0.0.1:$listen"
+    PGBOUNCER_URL="postgres://$user@127.0.0.1:$listen"
     local bindir
     bindir=$(pg_bindir)
     for _ in $(seq 1 100); do
-        if "$bindir/pg_isready" -q -h 127.0.0.1 -p "$listen" -d postgres 2>/dev/null; then
+        if "$bindir/pg_isready" -q -h 127.0.0.1 -p "$listen" -U "$user" -d postgres 2>/dev/null; then
             log "PgBouncer (transaction mode) is running: $PGBOUNCER_URL"
             return 0
         fi

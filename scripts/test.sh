@@ -7,18 +7,19 @@ cd "$(dirname "$0")/.."
 
 require_cargo
 require_browser
+require_pgbouncer
 # The console's browser test fails, rather than skips, without Chromium.
 export WEBHOOKD_BROWSER_TESTS=required
 export SQLX_OFFLINE=true   # queries are checked against the committed .sqlx data
 export RUST_BACKTRACE=${RUST_BACKTRACE:-0}
 
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-test-pg.XXXXXX")
+chmod 755 "$scratch"
+trap 'stop_pgbouncer; stop_cluster; rm -rf "$scratch"' EXIT
 if [ -n "${DATABASE_URL:-}" ]; then
     check_database_url
     log "testing against DATABASE_URL"
 else
-    scratch=$(mktemp -d "${TMPDIR:-/tmp}/webhookd-test-pg.XXXXXX")
-    chmod 755 "$scratch"
-    trap 'stop_cluster; rm -rf "$scratch"' EXIT
     # A scratch cluster: durability is not what these tests measure.
     start_cluster "$scratch/data" fsync=off synchronous_commit=off full_page_writes=off max_connections=200
 fi
@@ -29,10 +30,22 @@ log "cargo clippy"
 cargo clippy --locked --all-targets -- -D warnings
 log "cargo test"
 cargo test --locked -- "$@"
-# The short chaos run (one crash, one database outage, lost webhooks and a sweep) on the binary the
-# tests just built, against a cluster of its own; skipped when the tests
-# were filtered.
+# Skipped when the tests were filtered: the ingest and outbox tests again,
+# with the code under test on PgBouncer in transaction mode (the tests' own
+# checks read the database directly); then the short chaos run (one crash,
+# one database outage, lost webhooks and a sweep) on the binary the tests
+# just built, against a cluster of its own: directly, on PgBouncer without
+# a direct URL, and on PgBouncer with one.
 if [ "$#" -eq 0 ]; then
-    log "chaos (short)"
-    WEBHOOKD_BIN=${CARGO_TARGET_DIR:-target}/debug/webhookd bash scripts/chaos.sh --short
+    log "cargo test, through PgBouncer in transaction mode: ingest, batches, Stripe, outbox, drain"
+    # Idle server connections close after 1 s, so that each test's
+    # database can be dropped after it.
+    start_pgbouncer "$scratch/pgbouncer" "$DATABASE_URL" 20 1
+    WEBHOOKD_TEST_POOLER_URL=$PGBOUNCER_URL cargo test --locked --test api -- \
+        ingest:: batch stripe:: outbox:: drain_
+    stop_pgbouncer
+    for mode in "" --pooler --pooler-direct; do
+        log "chaos (short) ${mode:-direct}"
+        WEBHOOKD_BIN=${CARGO_TARGET_DIR:-target}/debug/webhookd bash scripts/chaos.sh --short $mode
+    done
 fi

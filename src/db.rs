@@ -82,7 +82,7 @@ pub fn pool(options: &Options) -> anyhow::Result<PgPool> {
             // session `SET` would outlive the transaction on a server
             // connection that other clients use next.
             let _ = LOCAL_SETTINGS.set(format!(
-                "deallocate all; set local statement_timeout = {millis}; \
+                "set local statement_timeout = {millis}; \
                  set local idle_in_transaction_session_timeout = {millis}"
             ));
             pooled(connect_options(&options.url, "DATABASE_URL")?)
@@ -107,16 +107,15 @@ pub fn pool(options: &Options) -> anyhow::Result<PgPool> {
 ///   prepares each anew where it runs, inside its transaction, and never
 ///   looks for it again. What is left on the server connection after the
 ///   transaction (and could clash with another client's numbering there) is
-///   cleared by the next transaction's BEGIN ([`LOCAL_SETTINGS`]).
+///   cleared by the next transaction's BEGIN ([`begin_with`]).
 fn pooled(options: PgConnectOptions) -> PgConnectOptions {
     options.extra_float_digits(None).statement_cache_capacity(0)
 }
 
-/// What each transaction does first behind a transaction pooler, in the
-/// round trip of its BEGIN: clears the statements the server connection's
-/// previous client prepared (named as ours are), and sets the timeouts a
-/// direct connection sets once, at start-up. Set when such a pool is
-/// opened ([`pool`]), the same for every pool of the process.
+/// What each transaction sets for itself at BEGIN in a process whose pool
+/// is a transaction pooler's: the timeouts a direct connection sets once, at
+/// start-up. Set when such a pool is opened ([`pool`]); a process has one
+/// database configuration, so one value serves all its pools.
 static LOCAL_SETTINGS: OnceLock<String> = OnceLock::new();
 
 /// Begins a transaction with `begin` (a `begin` statement, and `set local`
@@ -125,14 +124,27 @@ static LOCAL_SETTINGS: OnceLock<String> = OnceLock::new();
 /// statement outside a transaction can be prepared on one server connection
 /// and bound on another's (sqlx parses and binds in two round trips, and
 /// the pooler may hand the connection over in between).
+///
+/// Behind a transaction pooler, the same round trip also sets the timeouts
+/// ([`LOCAL_SETTINGS`]) and, on a connection that caches no statement (as
+/// a pooled one never does), clears the statements the server connection's
+/// previous client left (`deallocate all`), which are named as ours are.
+/// A connection that caches statements (a direct one) keeps them.
 pub async fn begin_with(
     pool: &PgPool,
     begin: &'static str,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    match LOCAL_SETTINGS.get() {
-        None => pool.begin_with(begin).await,
-        Some(local) => pool.begin_with(format!("{begin}; {local}")).await,
-    }
+    let Some(local) = LOCAL_SETTINGS.get() else {
+        return pool.begin_with(begin).await;
+    };
+    let conn = pool.acquire().await?;
+    let clear = if conn.cached_statements_size() == 0 {
+        "deallocate all; "
+    } else {
+        ""
+    };
+    // What `Pool::begin_with` does, on a connection looked at first.
+    Transaction::begin(conn, Some(format!("{begin}; {clear}{local}").into())).await
 }
 
 /// Begins a read-write transaction ([`begin_with`]).

@@ -10,8 +10,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
+use webhookd::outbox::DrainerSettings;
 use webhookd::outbox::worker::Drained;
-use webhookd::outbox::{Drainer, DrainerSettings};
 use webhookd::sinks::Sink;
 use webhookd::sinks::http::HttpSink;
 
@@ -105,8 +105,8 @@ async fn a_row_over_the_sinks_limit_is_dead_lettered_with_the_reason_and_never_s
     )
     .unwrap()
     .with_max_body_bytes(1024 * 1024);
-    let drainer = Drainer::new(
-        pool.clone(),
+    let drainer = crate::helpers::drainer_on(
+        &pool,
         Sink::Http(Box::new(limited)),
         settings(5),
         Clock::System,

@@ -74,12 +74,8 @@ async fn rows_of_one_key_arrive_in_the_order_written_through_retries_at_concurre
         ordered: true,
         ..settings(20)
     };
-    let drainer = webhookd::outbox::Drainer::new(
-        pool.clone(),
-        sink.sink(clock.clone()),
-        settings,
-        clock.clone(),
-    );
+    let drainer =
+        crate::helpers::drainer_on(&pool, sink.sink(clock.clone()), settings, clock.clone());
     let mut passes = 0;
     while undelivered(&pool).await > 0 {
         passes += 1;
@@ -126,8 +122,8 @@ async fn without_ordering_rows_behind_a_retried_one_are_not_held_back(pool: PgPo
     sink.script(&[(503, None)]);
     // Ahead of the rows' available_at (written on the database's clock).
     let clock = Clock::manual(now() + 5);
-    let drainer = webhookd::outbox::Drainer::new(
-        pool.clone(),
+    let drainer = crate::helpers::drainer_on(
+        &pool,
         sink.sink(clock.clone()),
         DrainerSettings {
             batch: 400,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::outbox::{Drainer, DrainerSettings};
+use webhookd::outbox::DrainerSettings;
 use webhookd::sinks::Sink;
 use webhookd::sinks::log::LogSink;
 
@@ -51,8 +51,8 @@ async fn a_slow_row_holds_one_slot_while_the_rows_behind_it_are_delivered(pool: 
 #[sqlx::test]
 async fn the_log_sink_settles_a_whole_batch_in_one_lease_and_a_record_or_two(pool: PgPool) {
     seed(&pool, 100).await;
-    let drainer = Drainer::new(
-        pool.clone(),
+    let drainer = crate::helpers::drainer_on(
+        &pool,
         Sink::Log(LogSink),
         DrainerSettings {
             batch: 100,

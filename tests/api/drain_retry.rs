@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
-use webhookd::outbox::{Drainer, DrainerSettings};
+use webhookd::outbox::DrainerSettings;
 use webhookd::sinks::Sink;
 use webhookd::sinks::http::HttpSink;
 
@@ -124,8 +124,8 @@ async fn a_refused_connection_is_retried_with_its_cause_in_last_error(pool: PgPo
         .port();
     let url = format!("http://127.0.0.1:{port}/hooks?token=do-not-log");
     let sink = HttpSink::new(&url, SINK_SECRET, Duration::from_secs(5), Clock::System).unwrap();
-    let drainer = Drainer::new(
-        pool.clone(),
+    let drainer = crate::helpers::drainer_on(
+        &pool,
         Sink::Http(Box::new(sink)),
         settings(5),
         Clock::System,

@@ -88,7 +88,7 @@ pub async fn spawn_app_with(
     let shutdown = CancellationToken::new();
     let app = Application::build(
         &settings,
-        pool.clone(),
+        app_pool(&pool),
         clock,
         shutdown.clone(),
         Default::default(),
@@ -105,6 +105,43 @@ pub async fn spawn_app_with(
         client: reqwest::Client::new(),
         shutdown,
     }
+}
+
+/// The pool the code under test runs on: `pool` itself, or, when
+/// `WEBHOOKD_TEST_POOLER_URL` names a transaction-mode PgBouncer in front of
+/// the test database's server (`scripts/test.sh` runs part of the suite
+/// so), the same database through it, in webhookd's transaction-pooler
+/// mode. The test's own checks keep reading `pool`, directly.
+pub fn app_pool(pool: &PgPool) -> PgPool {
+    let Ok(pooler) = std::env::var("WEBHOOKD_TEST_POOLER_URL") else {
+        return pool.clone();
+    };
+    let database = pool
+        .connect_options()
+        .get_database()
+        .expect("a test database has a name")
+        .to_owned();
+    webhookd::db::pool(&webhookd::db::Options {
+        url: format!("{}/{database}", pooler.trim_end_matches('/')).into(),
+        pooler: webhookd::db::Pooler::Transaction,
+        direct_url: None,
+        max_connections: 8,
+        acquire_timeout: std::time::Duration::from_secs(10),
+        statement_timeout: std::time::Duration::from_secs(10),
+    })
+    .expect("the pooler's URL is valid")
+}
+
+/// A drainer of `pool`'s database on [`app_pool`], listening on `pool`
+/// itself (as `WEBHOOKD_DIRECT_DATABASE_URL` has it listen behind a pooler).
+pub fn drainer_on(
+    pool: &PgPool,
+    sink: webhookd::sinks::Sink,
+    settings: webhookd::outbox::DrainerSettings,
+    clock: Clock,
+) -> webhookd::outbox::Drainer {
+    webhookd::outbox::Drainer::new(app_pool(pool), sink, settings, clock)
+        .listening_on(Some(pool.clone()))
 }
 
 impl TestApp {

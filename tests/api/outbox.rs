@@ -46,12 +46,7 @@ fn drainer_without_polling(pool: &PgPool, sink: &TestSink) -> Drainer {
         poll: Duration::from_secs(3600),
         ..settings(5)
     };
-    Drainer::new(
-        pool.clone(),
-        sink.sink(Clock::System),
-        settings,
-        Clock::System,
-    )
+    crate::helpers::drainer_on(&pool, sink.sink(Clock::System), settings, Clock::System)
 }
 
 #[sqlx::test]
@@ -242,8 +237,8 @@ async fn permanent_refusals_dead_letter_at_once_and_retry_after_is_honoured(pool
     let clock = Clock::manual(t0);
     let sink = TestSink::start().await;
     let ids = seed(&pool, 2).await;
-    let drainer = Drainer::new(
-        pool.clone(),
+    let drainer = crate::helpers::drainer_on(
+        &pool,
         sink.sink(clock.clone()),
         DrainerSettings {
             concurrency: 1,
@@ -401,7 +396,7 @@ async fn a_notification_wakes_the_drainer_without_waiting_for_the_poll(pool: PgP
 #[sqlx::test]
 async fn the_log_sink_delivers_at_once(pool: PgPool) {
     let id = seed(&pool, 1).await[0];
-    let drainer = Drainer::new(pool.clone(), Sink::Log(LogSink), settings(5), Clock::System);
+    let drainer = crate::helpers::drainer_on(&pool, Sink::Log(LogSink), settings(5), Clock::System);
     assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
     assert!(row(&pool, id, now()).await.delivered);
 }
@@ -414,8 +409,8 @@ async fn a_row_whose_lease_would_run_out_is_given_back_not_delivered_late(pool: 
     let gate = sink.hold();
     let ids = seed(&pool, 2).await;
     // One delivery at a time, a 30 s lease, a 5 s sink timeout.
-    let drainer = Drainer::new(
-        pool.clone(),
+    let drainer = crate::helpers::drainer_on(
+        &pool,
         sink.sink(clock.clone()),
         DrainerSettings {
             concurrency: 1,
