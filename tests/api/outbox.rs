@@ -46,7 +46,7 @@ fn drainer_without_polling(pool: &PgPool, sink: &TestSink) -> Drainer {
         poll: Duration::from_secs(3600),
         ..settings(5)
     };
-    crate::helpers::drainer_on(&pool, sink.sink(Clock::System), settings, Clock::System)
+    crate::helpers::drainer_on(pool, sink.sink(Clock::System), settings, Clock::System)
 }
 
 #[sqlx::test]
