@@ -42,7 +42,7 @@ if [ "$#" -eq 0 ]; then
     # database can be dropped after it.
     start_pgbouncer "$scratch/pgbouncer" "$DATABASE_URL" 20 1
     WEBHOOKD_TEST_POOLER_URL=$PGBOUNCER_URL cargo test --locked --test api -- \
-        ingest:: batch stripe:: outbox:: drain_
+        ingest:: batch stripe:: outbox:: drain_ pooler::
     stop_pgbouncer
     for mode in "" --pooler --pooler-direct; do
         log "chaos (short) ${mode:-direct}"

@@ -14,7 +14,9 @@
 #   PGBOUNCER_LISTEN_PORT (6432), PGBOUNCER_POOL_MODE (transaction),
 #   PGBOUNCER_MAX_CLIENT_CONN (100), PGBOUNCER_DEFAULT_POOL_SIZE (20),
 #   PGBOUNCER_SERVER_IDLE_TIMEOUT (600), PGBOUNCER_QUERY_WAIT_TIMEOUT (120),
-#   PGBOUNCER_IDLE_TRANSACTION_TIMEOUT (0: off), timeouts in seconds;
+#   PGBOUNCER_IDLE_TRANSACTION_TIMEOUT (0: off), PGBOUNCER_SERVER_LOGIN_RETRY
+#   (2: after a failed login to Postgres, try again this soon; PgBouncer's
+#   own default, 15, keeps refusing clients that long), timeouts in seconds;
 #   PGBOUNCER_CONFIG_DIR (/run/pgbouncer), where the two files are written.
 # Arguments are passed to pgbouncer before the file (e.g. -v).
 set -eu
@@ -65,6 +67,7 @@ done
 : "${PGBOUNCER_SERVER_IDLE_TIMEOUT:=600}"
 : "${PGBOUNCER_QUERY_WAIT_TIMEOUT:=120}"
 : "${PGBOUNCER_IDLE_TRANSACTION_TIMEOUT:=0}"
+: "${PGBOUNCER_SERVER_LOGIN_RETRY:=2}"
 : "${PGBOUNCER_CONFIG_DIR:=/run/pgbouncer}"
 
 name PGBOUNCER_SERVER_HOST
@@ -78,6 +81,7 @@ integer PGBOUNCER_DEFAULT_POOL_SIZE
 seconds PGBOUNCER_SERVER_IDLE_TIMEOUT
 seconds PGBOUNCER_QUERY_WAIT_TIMEOUT
 seconds PGBOUNCER_IDLE_TRANSACTION_TIMEOUT
+seconds PGBOUNCER_SERVER_LOGIN_RETRY
 case $PGBOUNCER_POOL_MODE in
     session | transaction | statement) ;;
     *) fail "PGBOUNCER_POOL_MODE must be session, transaction or statement" ;;
@@ -121,6 +125,7 @@ default_pool_size = $PGBOUNCER_DEFAULT_POOL_SIZE
 server_idle_timeout = $PGBOUNCER_SERVER_IDLE_TIMEOUT
 query_wait_timeout = $PGBOUNCER_QUERY_WAIT_TIMEOUT
 idle_transaction_timeout = $PGBOUNCER_IDLE_TRANSACTION_TIMEOUT
+server_login_retry = $PGBOUNCER_SERVER_LOGIN_RETRY
 ; Empty: a client that sends a startup parameter PgBouncer cannot keep per
 ; client is refused rather than silently given another's setting.
 ignore_startup_parameters =

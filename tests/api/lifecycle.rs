@@ -115,7 +115,7 @@ impl Server {
         panic!("the server did not become ready");
     }
 
-    fn post(
+    pub(crate) fn post(
         &self,
         body: String,
     ) -> impl Future<Output = reqwest::Result<reqwest::Response>> + use<> {
@@ -161,7 +161,8 @@ async fn until_blocked_on_a_lock(pool: &PgPool, failure: &str) {
     for _ in 0..400 {
         let blocked: i64 = sqlx::query_scalar(
             "select count(*) from pg_stat_activity
-             where application_name = 'webhookd' and wait_event_type = 'Lock'",
+             where application_name = 'webhookd' and wait_event_type = 'Lock'
+               and datname = current_database()",
         )
         .fetch_one(pool)
         .await
@@ -245,7 +246,8 @@ async fn a_server_killed_mid_transaction_leaves_nothing_and_the_retry_applies(po
     let mut gone = false;
     for _ in 0..400 {
         let backends: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where application_name = 'webhookd'",
+            "select count(*) from pg_stat_activity
+             where application_name = 'webhookd' and datname = current_database()",
         )
         .fetch_one(&pool)
         .await

@@ -26,6 +26,7 @@ mod paypal;
 mod paypal_certs;
 mod paypal_signature;
 mod poison;
+mod pooler;
 mod properties;
 mod razorpay;
 mod reconcile_against;
