@@ -1,0 +1,232 @@
+//! The connection pool and how transactions begin on it, the session for
+//! what needs one, embedded migrations, and (`failure`) the one place where
+//! database errors are classified (by SQLSTATE, never by message text).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Connection, Postgres, Transaction};
+
+use secrecy::{ExposeSecret, SecretString};
+
+mod failure;
+
+pub use failure::{Failure, Poison, classify, is_connection_failure};
+
+/// The migrations in `migrations/`, compiled into the binary.
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// The BEGIN of a read that looks things up for a person (the console,
+/// `webhookd explain`), in one round trip as the ingest engine's BEGIN:
+/// - planned for its parameters every time, never from a cached generic
+///   plan: a statement with optional filters (`$1 is null or column = $1`)
+///   has a generic plan that can neither fold a filter left out nor weigh a
+///   given one against the column's statistics;
+/// - never JIT-compiled: its plans are index lookups, often estimated at
+///   far more rows than they meet, and compiling them took longer than
+///   running them (a second and more at 5 million events).
+pub const BEGIN_LOOKUP: &str =
+    "begin read only; set local plan_cache_mode = force_custom_plan; set local jit = off";
+
+/// What sits between webhookd and Postgres.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// Nothing, or a pooler in session mode: each connection is one
+    /// Postgres session for as long as it lasts.
+    #[default]
+    None,
+    /// A pooler in transaction mode (PgBouncer's `pool_mode = transaction`
+    /// and the poolers of managed offerings): a connection is one session
+    /// only from BEGIN to COMMIT, and another client's between
+    /// transactions. So webhookd sends no startup parameter but those a
+    /// pooler accepts; runs every statement inside a transaction and
+    /// prepares it there, never reusing it in another transaction; sets
+    /// its settings with `SET LOCAL` at each BEGIN; takes only
+    /// transaction-scoped locks; and leaves whatever needs a session
+    /// (migrations, LISTEN) to the direct URL, or goes without.
+    Transaction,
+}
+
+/// How to reach the database and size the pool.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A Postgres connection string: it may hold a password.
+    pub url: SecretString,
+    /// What `url` reaches the database through.
+    pub pooler: Pooler,
+    /// A connection string that reaches Postgres itself, not through a
+    /// transaction pooler, for the work that needs a session: migrations
+    /// and LISTEN. Without a pooler, `url` is used for that.
+    pub direct_url: Option<SecretString>,
+    /// Most connections the pool opens (at least 1).
+    pub max_connections: u32,
+    /// How long a caller waits for a pooled connection.
+    pub acquire_timeout: Duration,
+    /// Postgres cancels any statement that runs longer, and ends any
+    /// transaction left idle that long. Migrations are exempt.
+    pub statement_timeout: Duration,
+}
+
+/// Opens the pool lazily: the server starts (and `/readyz` answers 503) even
+/// while the database is still coming up.
+pub fn pool(options: &Options) -> anyhow::Result<PgPool> {
+    let millis = options.statement_timeout.as_millis().max(1);
+    let connect = match options.pooler {
+        Pooler::None => {
+            let millis = millis.to_string();
+            connect_options(&options.url, "DATABASE_URL")?.options([
+                ("statement_timeout", millis.as_str()),
+                ("idle_in_transaction_session_timeout", millis.as_str()),
+            ])
+        }
+        Pooler::Transaction => {
+            // Every transaction sets the timeouts for itself ([`begin`]):
+            // a startup `options` parameter is refused by the pooler, and a
+            // session `SET` would outlive the transaction on a server
+            // connection that other clients use next.
+            let _ = LOCAL_SETTINGS.set(format!(
+                "set local statement_timeout = {millis}; \
+                 set local idle_in_transaction_session_timeout = {millis}"
+            ));
+            pooled(connect_options(&options.url, "DATABASE_URL")?)
+        }
+    };
+    Ok(PgPoolOptions::new()
+        .max_connections(options.max_connections.max(1))
+        // No round trip to ping each connection handed out: a broken one
+        // fails its statement, which answers 503 (retried) and is replaced.
+        .test_before_acquire(false)
+        .acquire_timeout(options.acquire_timeout)
+        .idle_timeout(Some(Duration::from_secs(300)))
+        .connect_lazy_with(connect))
+}
+
+/// Connection options a transaction pooler accepts and whose statements
+/// survive a change of server connection between transactions:
+/// - no `extra_float_digits` startup parameter (PgBouncer refuses any it
+///   does not track; webhookd stores no floating-point values);
+/// - no statement cache. sqlx still names the statements of its query
+///   macros (`sqlx_s_1`, `sqlx_s_2`, ... on each client connection), but
+///   prepares each anew where it runs, inside its transaction, and never
+///   looks for it again. What is left on the server connection after the
+///   transaction (and could clash with another client's numbering there) is
+///   cleared by the next transaction's BEGIN ([`begin_with`]).
+fn pooled(options: PgConnectOptions) -> PgConnectOptions {
+    options.extra_float_digits(None).statement_cache_capacity(0)
+}
+
+/// What each transaction sets for itself at BEGIN in a process whose pool
+/// is a transaction pooler's: the timeouts a direct connection sets once, at
+/// start-up. Set when such a pool is opened ([`pool`]); a process has one
+/// database configuration, so one value serves all its pools.
+static LOCAL_SETTINGS: OnceLock<String> = OnceLock::new();
+
+/// Begins a transaction with `begin` (a `begin` statement, and `set local`
+/// settings of its own), in one round trip. Every statement webhookd runs
+/// with parameters runs inside one: behind a transaction pooler, a
+/// statement outside a transaction can be prepared on one server connection
+/// and bound on another's (sqlx parses and binds in two round trips, and
+/// the pooler may hand the connection over in between).
+///
+/// Behind a transaction pooler, the same round trip also sets the timeouts
+/// ([`LOCAL_SETTINGS`]) and, on a connection that caches no statement (as
+/// a pooled one never does), clears the statements the server connection's
+/// previous client left (`deallocate all`), which are named as ours are.
+/// A connection that caches statements (a direct one) keeps them.
+pub async fn begin_with(
+    pool: &PgPool,
+    begin: &'static str,
+) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    let Some(local) = LOCAL_SETTINGS.get() else {
+        return pool.begin_with(begin).await;
+    };
+    let conn = pool.acquire().await?;
+    let clear = if conn.cached_statements_size() == 0 {
+        "deallocate all; "
+    } else {
+        ""
+    };
+    // What `Pool::begin_with` does, on a connection looked at first.
+    Transaction::begin(conn, Some(format!("{begin}; {clear}{local}").into())).await
+}
+
+/// Begins a read-write transaction ([`begin_with`]).
+pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    begin_with(pool, "begin").await
+}
+
+/// Begins a read-only transaction ([`begin_with`]).
+pub async fn read(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    begin_with(pool, "begin read only").await
+}
+
+fn connect_options(url: &SecretString, name: &str) -> anyhow::Result<PgConnectOptions> {
+    let options: PgConnectOptions = url
+        .expose_secret()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{name} is not a valid Postgres connection string"))?;
+    Ok(options.application_name("webhookd"))
+}
+
+/// The connection options of a session: the direct URL when one is set,
+/// else the pool's own URL unless that is a transaction pooler's. `None`:
+/// there is no session to be had.
+pub fn session_options(options: &Options) -> anyhow::Result<Option<PgConnectOptions>> {
+    match (&options.direct_url, options.pooler) {
+        (Some(url), _) => Ok(Some(connect_options(url, "WEBHOOKD_DIRECT_DATABASE_URL")?)),
+        (None, Pooler::None) => Ok(Some(connect_options(&options.url, "DATABASE_URL")?)),
+        (None, Pooler::Transaction) => Ok(None),
+    }
+}
+
+/// A pool of one session connection for LISTEN ([`session_options`]),
+/// opened lazily; `None` when there is no session to be had.
+pub fn session_pool(options: &Options) -> anyhow::Result<Option<PgPool>> {
+    Ok(session_options(options)?.map(|connect| {
+        PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect)
+    }))
+}
+
+/// Applies pending migrations on a session of their own (sqlx holds a
+/// session advisory lock while it migrates), free of the pool's statement
+/// timeout.
+pub async fn migrate(options: &Options) -> anyhow::Result<()> {
+    let Some(connect) = session_options(options)? else {
+        anyhow::bail!("{NO_SESSION_TO_MIGRATE}");
+    };
+    let mut conn = PgConnection::connect_with(&connect).await?;
+    MIGRATOR.run(&mut conn).await?;
+    conn.close().await?;
+    Ok(())
+}
+
+/// Why migrations cannot run through a transaction pooler.
+pub const NO_SESSION_TO_MIGRATE: &str = "migrations need a session, which a transaction pooler \
+    does not give (WEBHOOKD_DB_POOLER=transaction): set WEBHOOKD_DIRECT_DATABASE_URL to a URL \
+    of the database itself, or run `webhookd migrate` with DATABASE_URL on the database itself";
+
+/// Whether every embedded migration has been applied successfully.
+pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let mut tx = read(pool).await?;
+    let applied = sqlx::query_scalar!(
+        r#"select exists (select 1 from _sqlx_migrations where version = $1 and success) as "applied!""#,
+        latest
+    )
+    .fetch_one(&mut *tx)
+    .await;
+    match applied {
+        Ok(applied) => {
+            tx.commit().await?;
+            Ok(applied)
+        }
+        // No migration table yet: nothing applied.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(false),
+        Err(error) => Err(error),
+    }
+}
