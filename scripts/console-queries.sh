@@ -529,9 +529,9 @@ sources = {}
 for path in glob.glob("src/**/*.rs", recursive=True):
     with open(path) as f:
         sources[path] = f.read()
-found = re.search(r'pub const BEGIN_LOOKUP: &str =\s*"([^"]*)"', sources["src/db.rs"])
+found = re.search(r'pub const BEGIN_LOOKUP: &str =\s*"([^"]*)"', sources["src/db/mod.rs"])
 if not found:
-    sys.exit("console-queries: no BEGIN_LOOKUP in src/db.rs")
+    sys.exit("console-queries: no BEGIN_LOOKUP in src/db/mod.rs")
 LOOKUP = [part.strip() + ";" for part in found.group(1).split(";") if part.strip().startswith("set local")]
 
 def lookup(marker):

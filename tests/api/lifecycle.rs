@@ -175,7 +175,7 @@ async fn until_blocked_on_a_lock(pool: &PgPool, failure: &str) {
     panic!("{failure}");
 }
 
-async fn balance(pool: &PgPool, user_id: &str) -> Option<i64> {
+pub(crate) async fn balance(pool: &PgPool, user_id: &str) -> Option<i64> {
     sqlx::query_scalar("select balance_minor from wallets where user_id = $1")
         .bind(user_id)
         .fetch_optional(pool)

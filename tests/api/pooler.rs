@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use sqlx::PgPool;
 
 use crate::helpers::payment_intent_succeeded;
-use crate::lifecycle::{Server, database_url};
+use crate::lifecycle::{Server, balance, database_url};
 
 /// The URL webhookd is given: the test database through the pooler when
 /// one is set up, else the database itself.
@@ -32,14 +32,6 @@ fn webhookd(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         .env("WEBHOOKD_ADMIN_LISTEN", "off")
         .env("WEBHOOKD_LISTEN", "127.0.0.1:0")
         .output()
-        .unwrap()
-}
-
-async fn balance(pool: &PgPool, user_id: &str) -> Option<i64> {
-    sqlx::query_scalar("select balance_minor from wallets where user_id = $1")
-        .bind(user_id)
-        .fetch_optional(pool)
-        .await
         .unwrap()
 }
 
