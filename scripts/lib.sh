@@ -242,19 +242,30 @@ pgbouncer_bin() { command -v pgbouncer 2>/dev/null || { [ -x /usr/sbin/pgbouncer
 # 10 s for a server connection. Sets PGBOUNCER_URL
 # (no database: append /NAME). Stop it with stop_pgbouncer.
 start_pgbouncer() {
-    local dir=$1 server=$2 size=${3:-20} idle=${4:-600} host port user password listen
-    read -r host port user password < <(python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(p.hostname or "127.0.0.1", p.port or 5432, u.unquote(p.username or "postgres"), u.unquote(p.password or "-"))' "$server")
+    local dir=$1 server=$2 size=${3:-20} idle=${4:-600} listen fields
+    # The server's address and credentials, one a line: host, port, the
+    # user as a URL has it, as the auth file quotes it, and as a connection
+    # string does, then the connection string's password setting (if any).
+    mapfile -t fields < <(python3 -c '
+import sys, urllib.parse as u
+p = u.urlsplit(sys.argv[1])
+if not p.hostname:
+    sys.exit("start_pgbouncer: the server URL has no TCP host")
+user = u.unquote(p.username or "postgres")
+value = lambda s: "\x27" + s.replace("\x27", "\x27\x27") + "\x27"
+for field in (p.hostname, p.port or 5432, u.quote(user, safe=""), "\"" + user.replace("\"", "\"\"") + "\"",
+              value(user), "password=" + value(u.unquote(p.password)) if p.password else ""):
+    print(field)' "$server")
+    [ "${#fields[@]}" -eq 6 ] || die "start_pgbouncer: cannot read the server URL"
     mkdir -p "$dir"
     chmod 700 "$dir"
     listen=$(free_port 26432)
     # Clients come in as the server's user, trusted on loopback; PgBouncer
     # logs in to the server with the URL's password, if it has one.
-    printf '"%s" ""\n' "$user" > "$dir/users.txt"
-    local credentials="user=$user"
-    if [ "$password" != - ]; then credentials="$credentials password=$password"; fi
+    printf '%s ""\n' "${fields[3]}" > "$dir/users.txt"
     cat > "$dir/pgbouncer.ini" <<INI
 [databases]
-* = host=$host port=$port $credentials
+* = host=${fields[0]} port=${fields[1]} user=${fields[4]} ${fields[5]}
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = $listen
@@ -262,6 +273,9 @@ unix_socket_dir =
 auth_type = trust
 auth_file = $dir/users.txt
 pool_mode = transaction
+; Each transaction on the next server connection, not the last one used:
+; a statement that wrongly spans two transactions meets another server.
+server_round_robin = 1
 default_pool_size = $size
 max_client_conn = 2000
 server_idle_timeout = $idle
@@ -280,11 +294,11 @@ INI
     as_pg_user "$(pgbouncer_bin)" -d -q "$dir/pgbouncer.ini" >/dev/null 2>&1 \
         || { cat "$dir/pgbouncer.log" >&2 || true; die "PgBouncer did not start"; }
     PGBOUNCER_PIDFILE=$dir/pgbouncer.pid
-    PGBOUNCER_URL="postgres://$user@127.0.0.1:$listen"
+    PGBOUNCER_URL="postgres://${fields[2]}@127.0.0.1:$listen"
     local bindir
     bindir=$(pg_bindir)
     for _ in $(seq 1 100); do
-        if "$bindir/pg_isready" -q -h 127.0.0.1 -p "$listen" -U "$user" -d postgres 2>/dev/null; then
+        if "$bindir/pg_isready" -q -d "$PGBOUNCER_URL/postgres" 2>/dev/null; then
             log "PgBouncer (transaction mode) is running: $PGBOUNCER_URL"
             return 0
         fi

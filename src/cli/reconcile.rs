@@ -76,10 +76,14 @@ pub async fn run(
     retention: &RetentionArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
-    // One snapshot for both reads.
+    // One snapshot for both reads, written out once it has ended.
     let mut conn =
         crate::db::begin_with(pool, "begin isolation level repeatable read read only").await?;
     let mismatches = ledger::mismatches(&mut conn).await?;
+    #[allow(clippy::cast_precision_loss)]
+    let since = (Clock::System.now() as f64) - retention.window().as_secs_f64();
+    let orphans = ledger::orphan_entries(&mut conn, since).await?;
+    conn.commit().await?;
     for m in &mismatches {
         writeln!(
             out,
@@ -90,10 +94,6 @@ pub async fn run(
             m.entries_minor
         )?;
     }
-    #[allow(clippy::cast_precision_loss)]
-    let since = (Clock::System.now() as f64) - retention.window().as_secs_f64();
-    let orphans = ledger::orphan_entries(&mut conn, since).await?;
-    conn.commit().await?;
     for (entry, provider, event_id) in &orphans {
         writeln!(
             out,

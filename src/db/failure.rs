@@ -111,10 +111,16 @@ pub fn is_connection_failure(error: &sqlx::Error) -> bool {
     }
 }
 
-/// Connection exceptions, insufficient resources, and a server shutting
-/// down or starting up.
+/// Connection exceptions, insufficient resources, a server shutting down or
+/// starting up, and a session the server ended for idling (in a
+/// transaction, 25P03, or at all, 57P05): a transaction begun by a request
+/// that gave up while its BEGIN was in flight is left open on its pooled
+/// connection until Postgres ends it, and the next user of that
+/// connection gets the error.
 fn is_server_going_away(code: &str) -> bool {
-    code.starts_with("08") || code.starts_with("53") || matches!(code, "57P01" | "57P02" | "57P03")
+    code.starts_with("08")
+        || code.starts_with("53")
+        || matches!(code, "57P01" | "57P02" | "57P03" | "57P05" | "25P03")
 }
 
 /// SQLSTATEs after which a clean retry of the whole transaction can succeed.
@@ -159,10 +165,13 @@ mod tests {
         // connection in time, too many clients, shutting down) are 08P01,
         // 53300 or 57P01; a named statement on the wrong server connection
         // is 26000 or 42P05.
-        for code in ["08P01", "53300", "57P01", "26000", "42P05"] {
+        for code in [
+            "08P01", "53300", "57P01", "26000", "42P05", "25P03", "57P05",
+        ] {
             assert_eq!(classify(&refused(code)), Failure::Transient, "{code}");
         }
         assert!(is_connection_failure(&refused("08P01")));
+        assert!(is_connection_failure(&refused("25P03")));
         assert!(!is_connection_failure(&refused("26000")));
     }
 

@@ -181,6 +181,9 @@ pub fn session_options(options: &Options) -> anyhow::Result<Option<PgConnectOpti
     }
 }
 
+/// The `application_name` of the session that LISTENs.
+pub const LISTEN_APPLICATION_NAME: &str = "webhookd-listen";
+
 /// A pool of one session connection for LISTEN ([`session_options`]),
 /// opened lazily; `None` when there is no session to be had.
 pub fn session_pool(options: &Options) -> anyhow::Result<Option<PgPool>> {
@@ -188,7 +191,8 @@ pub fn session_pool(options: &Options) -> anyhow::Result<Option<PgPool>> {
         PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(options.acquire_timeout)
-            .connect_lazy_with(connect)
+            // Told apart from the pool's connections in pg_stat_activity.
+            .connect_lazy_with(connect.application_name(LISTEN_APPLICATION_NAME))
     }))
 }
 

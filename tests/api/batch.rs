@@ -66,7 +66,7 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
         credit("evt_b3", "pi_b3", "user_c", 50),
         credit("evt_b1", "pi_b1", "user_b", 100),
     ];
-    let answers = try_batch(&app.pool, &credits, |_| true)
+    let answers = try_batch(&app.pooled, &credits, |_| true)
         .await
         .expect("the batch commits");
     use Outcome::{Duplicate, Processed};
@@ -91,7 +91,7 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
     assert_eq!(detail["applied_deferred"], Value::Array(vec![]));
 
     // A later batch of the same events writes nothing.
-    let again = try_batch(&app.pool, &credits[..3], |_| true)
+    let again = try_batch(&app.pooled, &credits[..3], |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&again), [Duplicate, Duplicate, Duplicate]);
@@ -167,7 +167,7 @@ async fn a_failing_credit_does_not_fail_the_others_in_its_batch(pool: PgPool) {
     let full = [credit("evt_full", "pi_full", "user_full", i64::MAX)];
     assert_eq!(
         outcomes(
-            &try_batch(&app.pool, &full, |_| true)
+            &try_batch(&app.pooled, &full, |_| true)
                 .await
                 .expect("the batch commits")
         ),
@@ -179,7 +179,7 @@ async fn a_failing_credit_does_not_fail_the_others_in_its_batch(pool: PgPool) {
         credit("evt_over", "pi_over", "user_full", 1),
         credit("evt_n2", "pi_n2", "user_n", 20),
     ];
-    let answers = batch::apply(&app.pool, &credits, Wake::Notify).await;
+    let answers = batch::apply(&app.pooled, &credits, Wake::Notify).await;
     assert_eq!(answers[0].as_ref().unwrap().outcome, Outcome::Processed);
     // The overflow would recur on every retry: recorded, without effect.
     assert_eq!(answers[1].as_ref().unwrap().outcome, Outcome::Rejected);
@@ -208,7 +208,7 @@ async fn a_payment_credited_by_another_event_is_ignored_with_its_owner(pool: PgP
         credit("evt_p1", "pi_same", "user_p", 500),
         credit("evt_p2", "pi_same", "user_p", 500),
     ];
-    let answers = try_batch(&app.pool, &credits, |_| true)
+    let answers = try_batch(&app.pooled, &credits, |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Ignored]);
@@ -217,7 +217,7 @@ async fn a_payment_credited_by_another_event_is_ignored_with_its_owner(pool: PgP
     assert_eq!(detail["owner_event_id"], "evt_p1");
 
     let later = [credit("evt_p3", "pi_same", "user_p", 500)];
-    let answers = try_batch(&app.pool, &later, |_| true)
+    let answers = try_batch(&app.pooled, &later, |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Ignored]);
@@ -237,7 +237,7 @@ async fn a_batched_credit_applies_the_refund_waiting_for_it(pool: PgPool) {
         credit("evt_w0", "pi_w0", "user_1", 5),
         credit("evt_w", "pi_w", "user_1", 1000),
     ];
-    let answers = try_batch(&app.pool, &credits, |_| true)
+    let answers = try_batch(&app.pooled, &credits, |_| true)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Processed]);
@@ -264,7 +264,7 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
     // its first look says "wanted", every later one "gone".
     let looks = AtomicUsize::new(0);
     let wanted = |i: usize| i != 1 || looks.fetch_add(1, Ordering::SeqCst) == 0;
-    let answers = try_batch(&app.pool, &credits, wanted)
+    let answers = try_batch(&app.pooled, &credits, wanted)
         .await
         .expect("the batch commits");
     assert_eq!(answers[0].as_ref().unwrap().outcome, Outcome::Processed);
@@ -286,7 +286,7 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
     let retry = [credit("evt_g2", "pi_g2", "user_g", 20)];
     assert_eq!(
         outcomes(
-            &try_batch(&app.pool, &retry, |_| true)
+            &try_batch(&app.pooled, &retry, |_| true)
                 .await
                 .expect("the batch commits")
         ),

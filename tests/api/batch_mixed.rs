@@ -215,12 +215,12 @@ async fn copies_of_a_mixed_batch_in_one_batch_and_in_later_ones_are_duplicates(p
     let app = spawn_app(pool).await;
     let mut events = history();
     events.extend(history());
-    let answers = outcomes(&ingest::ingest_batch(&app.pool, &events).await);
+    let answers = outcomes(&ingest::ingest_batch(&app.pooled, &events).await);
     let (first, copies) = answers.split_at(11);
     assert!(first.iter().all(|o| *o != Outcome::Duplicate));
     assert!(copies.iter().all(|o| *o == Outcome::Duplicate));
     let before = contents(&app).await;
-    let again = ingest::ingest_batch(&app.pool, &history()).await;
+    let again = ingest::ingest_batch(&app.pooled, &history()).await;
     assert!(outcomes(&again).iter().all(|o| *o == Outcome::Duplicate));
     assert_eq!(contents(&app).await, before);
     app.assert_consistent().await;
@@ -244,7 +244,7 @@ async fn batches_of_credits_and_refunds_over_shared_wallets_in_opposite_orders_n
             stripe(&id, "payment_intent.succeeded", body)
         })
         .collect();
-    ingest::ingest_batch(&app.pool, &credited).await;
+    ingest::ingest_batch(&app.pooled, &credited).await;
     // Credits and refunds interleaved, touching every wallet.
     let mut forward = Vec::new();
     for n in 0..24 {
@@ -314,7 +314,7 @@ async fn a_failed_batch_applies_events_that_share_a_key_in_arrival_order(pool: P
         "payment_intent.succeeded",
         payment_intent_succeeded("evt_f_full", "pi_f_full", "user_full", i64::MAX),
     )];
-    ingest::ingest_batch(&app.pool, &full).await;
+    ingest::ingest_batch(&app.pooled, &full).await;
     let t = now();
     let update = |id: &str, status: &str| {
         let body = subscription(id, "customer.subscription.updated", "sub_f", status, t);
@@ -332,7 +332,7 @@ async fn a_failed_batch_applies_events_that_share_a_key_in_arrival_order(pool: P
         update("evt_f_2", "active"),
         update("evt_f_3", "unpaid"),
     ];
-    let answers = outcomes(&ingest::ingest_batch(&app.pool, &events).await);
+    let answers = outcomes(&ingest::ingest_batch(&app.pooled, &events).await);
     use Outcome::{Processed, Rejected};
     assert_eq!(answers, [Processed, Rejected, Processed, Processed]);
     let status: String =

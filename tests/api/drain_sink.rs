@@ -120,12 +120,12 @@ impl TestSink {
 
     /// A drainer with `settings`, on the system clock.
     pub fn drainer_with(&self, pool: PgPool, settings: DrainerSettings) -> Drainer {
-        Drainer::new(pool, self.sink(Clock::System), settings, Clock::System)
+        crate::helpers::drainer_on(&pool, self.sink(Clock::System), settings, Clock::System)
     }
 
     pub fn drainer(&self, pool: PgPool, clock: Clock, max_attempts: i32) -> Drainer {
-        Drainer::new(
-            pool,
+        crate::helpers::drainer_on(
+            &pool,
             self.sink(clock.clone()),
             settings(max_attempts),
             clock,

@@ -41,6 +41,9 @@ pub struct TestApp {
     /// The admin listener's base URL, unless it is off.
     pub admin_address: Option<String>,
     pub pool: PgPool,
+    /// The pool the app runs on ([`app_pool`]): `pool`, or the same
+    /// database through a transaction pooler.
+    pub pooled: PgPool,
     pub client: reqwest::Client,
     pub shutdown: CancellationToken,
 }
@@ -86,9 +89,10 @@ pub async fn spawn_app_with(
     configure(&mut settings);
 
     let shutdown = CancellationToken::new();
+    let pooled = app_pool(&pool);
     let app = Application::build(
         &settings,
-        app_pool(&pool),
+        pooled.clone(),
         clock,
         shutdown.clone(),
         Default::default(),
@@ -102,6 +106,7 @@ pub async fn spawn_app_with(
         address,
         admin_address,
         pool,
+        pooled,
         client: reqwest::Client::new(),
         shutdown,
     }

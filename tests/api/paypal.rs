@@ -20,6 +20,7 @@ pub(super) fn books(pool: PgPool) -> TestApp {
     TestApp {
         address: String::new(),
         admin_address: None,
+        pooled: crate::helpers::app_pool(&pool),
         pool,
         client: reqwest::Client::new(),
         shutdown: CancellationToken::new(),

@@ -130,9 +130,10 @@ async fn with_a_direct_url_serve_migrates_on_it_and_listens_there(pool: PgPool) 
     for _ in 0..400 {
         listening = sqlx::query_scalar(
             "select count(*) from pg_stat_activity
-             where datname = current_database() and application_name = 'webhookd'
+             where datname = current_database() and application_name = $1
                and query ilike 'listen %'",
         )
+        .bind(webhookd::db::LISTEN_APPLICATION_NAME)
         .fetch_one(&pool)
         .await
         .unwrap();
@@ -146,4 +147,40 @@ async fn with_a_direct_url_serve_migrates_on_it_and_listens_there(pool: PgPool) 
     assert!(status.success(), "{logs}");
     assert!(!logs.contains("the outbox drainer polls"), "{logs}");
     assert_eq!(listening, 1, "one LISTEN session: {logs}");
+}
+
+/// The premise of the rule that every statement runs in a transaction,
+/// and a check of the pooler the tests run on (`server_round_robin`): a
+/// statement outside one is prepared on one server connection and bound on
+/// another, and fails, where the same statement inside one never does.
+/// Only behind the test pooler.
+#[sqlx::test]
+async fn outside_a_transaction_the_pooler_hands_a_statement_to_another_server(pool: PgPool) {
+    if std::env::var("WEBHOOKD_TEST_POOLER_URL").is_err() {
+        return;
+    }
+    let pooled = crate::helpers::app_pool(&pool);
+    // Two server connections at least: two transactions open at once.
+    let first = webhookd::db::begin(&pooled).await.unwrap();
+    let second = webhookd::db::begin(&pooled).await.unwrap();
+    drop((first, second));
+    let mut outside = 0;
+    for n in 0..40_i64 {
+        let answer: Result<i64, _> = sqlx::query_scalar("select $1::int8")
+            .bind(n)
+            .fetch_one(&pooled)
+            .await;
+        if answer.is_err() {
+            outside += 1;
+        }
+        let mut tx = webhookd::db::begin(&pooled).await.unwrap();
+        let inside: i64 = sqlx::query_scalar("select $1::int8")
+            .bind(n)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(inside, n);
+    }
+    assert!(outside > 0, "every statement outside a transaction worked");
 }
