@@ -13,12 +13,16 @@
 #     32, latency, and a duplicate storm (20 copies of each event) at 8;
 #   - the drain after the 32-sender run: rows/s delivered from the end of
 #     the load until the outbox is empty, and how long that took;
-#   - the server's peak RSS (VmHWM), and every run's verification.
+#   - the server's peak RSS (VmHWM), and every run's verification;
+#   - last, webhookd again behind PgBouncer in transaction mode
+#     (WEBHOOKD_DB_POOLER=transaction, a pool of as many server connections
+#     as webhookd's own pool): unique Stripe credits/s at 32 senders, and
+#     its ratio to the direct run at 32.
 # Exits 1 when any run's books do not add up.
 #
 #   scripts/bench.sh
 #
-# BENCH_SECONDS=N sets each point's length (default 12: eleven points, each
+# BENCH_SECONDS=N sets each point's length (default 12: twelve points, each
 # drill followed by a wait of at most 60 s for the outbox to empty, so a few
 # minutes after the build); WEBHOOKD_BIN=path uses that binary instead of
 # building a release one.
@@ -151,6 +155,28 @@ log "drill: duplicate storm, 20 copies of each event, 8 senders, ${seconds}s"
 storm=$(drill --duplicates 20 --concurrency 8)
 drain "$(run_of "$storm")" >/dev/null
 peak_rss=$(awk '/VmHWM/ { print $2 }' "/proc/$server/status")
+
+# 3. The same server behind PgBouncer in transaction mode: DATABASE_URL on
+# the pooler, migrations and LISTEN on the database itself. PgBouncer's pool
+# is as large as webhookd's (WEBHOOKD_DB_MAX_CONNECTIONS of start_webhookd),
+# so neither side has more server connections. The drill checks the books
+# on the database itself.
+kill "$server"; wait "$server" 2>/dev/null || true
+WEBHOOKD_PID=
+require_pgbouncer
+start_pgbouncer "$scratch/pgbouncer" "$db_url" "${WEBHOOKD_DB_MAX_CONNECTIONS:-64}"
+start_webhookd "$binary" "$(with_database "$PGBOUNCER_URL" "$BENCH_DB")" "$secret" "$scratch/server-pooled.log" \
+    WEBHOOKD_ROLE=all RAZORPAY_WEBHOOK_SECRET="$razorpay_secret" \
+    WEBHOOKD_SINK_URL="http://127.0.0.1:$sink_port/" WEBHOOKD_SINK_SECRET=whsec_YmVuY2gtc2luay1zaWduaW5nLWtleQ== \
+    WEBHOOKD_DB_POOLER=transaction WEBHOOKD_DIRECT_DATABASE_URL="$db_url"
+log "drill: unique Stripe credits through PgBouncer (transaction mode), 32 senders, ${seconds}s"
+pooled=$(drill --concurrency 32)
+drain "$(run_of "$pooled")" >/dev/null
+# PgBouncer's lines about webhookd's connections only (not its readiness probe's).
+if cat "$scratch/server-pooled.log" <(grep -F " $BENCH_DB/" "$scratch/pgbouncer/pgbouncer.log") | grep -E 'WARN|ERROR' >&2; then
+    log "the server behind PgBouncer, or PgBouncer about its connections, logged the warnings and errors above"
+fi
+
 outbox_rows=$(at "select count(*) from outbox")
 dead_rows=$(at "select count(*) from outbox where dead_at is not null")
 undelivered=$(at "select count(*) from outbox where delivered_at is null")
@@ -160,7 +186,7 @@ python3 - "$seconds" "$peak_rss" "$idle_rss" "$outbox_rows" "$dead_rows" "$deliv
     "${seed_tps[8]}" "${seed_tps[32]}" "${seed_tps[64]}" \
     "${own_tps[8]}" "${own_tps[32]}" "${own_tps[64]}" \
     "${credits[8]}" "${credits[32]}" "${credits[64]}" "$mix" "$storm" \
-    "$drain32" <<'PY'
+    "$drain32" "$pooled" <<'PY'
 import json, sys
 seconds, peak, idle, outbox_rows, dead, deliveries, undelivered = (int(a) for a in sys.argv[1:8])
 seed = dict(zip((8, 32, 64), (float(t) for t in sys.argv[8:11])))
@@ -168,7 +194,8 @@ own = dict(zip((8, 32, 64), (float(t) for t in sys.argv[11:14])))
 credits = dict(zip((8, 32, 64), (json.loads(d) for d in sys.argv[14:17])))
 mix, storm = json.loads(sys.argv[17]), json.loads(sys.argv[18])
 drain32 = json.loads(sys.argv[19])
-runs = [*credits.values(), mix, storm]
+pooled = json.loads(sys.argv[20])
+runs = [*credits.values(), mix, storm, pooled]
 
 def num(x):
     return f"{x:,.0f}"
@@ -187,6 +214,10 @@ row("  ratio to the seed transaction", {c: ratio(t, c) for c, t in own.items()})
 row("webhookd unique Stripe credits/s (`--users 1000`)",
     {c: num(d["unique_events_per_sec"]) for c, d in credits.items()})
 row("  ratio to the seed transaction", {c: ratio(d["unique_events_per_sec"], c) for c, d in credits.items()})
+direct32 = credits[32]["unique_events_per_sec"]
+pooled_rate = pooled["unique_events_per_sec"]
+row("webhookd unique Stripe credits/s through PgBouncer (transaction mode)",
+    {32: f"{num(pooled_rate)} ({pooled_rate / direct32:.2f}x direct)" if direct32 else num(pooled_rate)})
 row("webhookd mix (`--mix`), events/s", {32: num(mix["unique_events_per_sec"])})
 row("  ratio to the seed transaction", {32: ratio(mix["unique_events_per_sec"], 32)})
 row("credits p50 / p99, ms",
@@ -210,7 +241,7 @@ ok = all(d["passed"] for d in runs) and dead == 0
 def yes(passed):
     return "yes" if passed else "**NO**"
 verified = {c: f"credits {yes(d['passed'])}" for c, d in credits.items()}
-verified[32] += f", mix {yes(mix['passed'])}"
+verified[32] += f", mix {yes(mix['passed'])}, through PgBouncer {yes(pooled['passed'])}"
 verified[8] += f", storm {yes(storm['passed'])}"
 row("verified (books exact)", verified, yes(ok))
 

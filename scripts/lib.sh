@@ -176,6 +176,7 @@ bench_cleanup() {
     set +e
     if [ -n "${WEBHOOKD_PID:-}" ]; then kill "$WEBHOOKD_PID" 2>/dev/null; wait "$WEBHOOKD_PID" 2>/dev/null; fi
     for pid in ${BENCH_PIDS:-}; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+    stop_pgbouncer
     for name in ${BENCH_EXTRA_DBS:-}; do drop_bench_database "$name"; done
     if [ -n "${db_url:-}" ]; then drop_bench_database "$BENCH_DB"; fi
     stop_cluster
