@@ -82,7 +82,7 @@ pub fn pool(options: &Options) -> anyhow::Result<PgPool> {
             ])
         }
         Pooler::Transaction => {
-            // Every transaction sets the timeouts for itself ([`begin`]):
+            // Every transaction sets the timeouts for itself ([`begin_with`]):
             // a startup `options` parameter is refused by the pooler, and a
             // session `SET` would outlive the transaction on a server
             // connection that other clients use next.
@@ -125,10 +125,11 @@ static LOCAL_SETTINGS: OnceLock<String> = OnceLock::new();
 
 /// Begins a transaction with `begin` (a `begin` statement, and `set local`
 /// settings of its own), in one round trip. Every statement webhookd runs
-/// with parameters runs inside one: behind a transaction pooler, a
-/// statement outside a transaction can be prepared on one server connection
-/// and bound on another's (sqlx parses and binds in two round trips, and
-/// the pooler may hand the connection over in between).
+/// (sqlx prepares each, with parameters or without) runs inside one: behind
+/// a transaction pooler, a statement outside a transaction can be prepared
+/// on one server connection and bound on another's (sqlx parses and binds
+/// in two round trips, and the pooler may hand the connection over in
+/// between).
 ///
 /// Behind a transaction pooler, the same round trip also sets the timeouts
 /// ([`LOCAL_SETTINGS`]) and, on a connection that caches no statement (as
@@ -212,7 +213,8 @@ pub async fn migrate(options: &Options) -> anyhow::Result<()> {
 /// Why migrations cannot run through a transaction pooler.
 pub const NO_SESSION_TO_MIGRATE: &str = "migrations need a session, which a transaction pooler \
     does not give (WEBHOOKD_DB_POOLER=transaction): set WEBHOOKD_DIRECT_DATABASE_URL to a URL \
-    of the database itself, or run `webhookd migrate` with DATABASE_URL on the database itself";
+    of the database itself, or run `webhookd migrate` with DATABASE_URL on the database itself \
+    and WEBHOOKD_DB_POOLER unset";
 
 /// Whether every embedded migration has been applied successfully.
 pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {

@@ -270,7 +270,8 @@ async fn require_migrated(pool: &PgPool) -> anyhow::Result<()> {
         applied,
         "the database has migrations pending, and serve does not migrate behind a transaction \
          pooler (WEBHOOKD_DB_POOLER=transaction) without a session: run `webhookd migrate` with \
-         DATABASE_URL on the database itself, or set WEBHOOKD_DIRECT_DATABASE_URL"
+         DATABASE_URL on the database itself (and WEBHOOKD_DB_POOLER unset), or set \
+         WEBHOOKD_DIRECT_DATABASE_URL"
     );
     Ok(())
 }
