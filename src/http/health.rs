@@ -1,6 +1,7 @@
 //! `/healthz`: the process is alive. `/readyz`: the database answers within a
 //! short timeout, migrations are applied, and we are not shutting down.
 
+use std::future::Future;
 use std::time::Duration;
 
 use axum::Json;
@@ -21,10 +22,16 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
     let reason = if state.shutdown.is_cancelled() {
         Some("shutting down")
     } else {
-        match tokio::time::timeout(READY_TIMEOUT, db::migrations_applied(&state.pool)).await {
-            Ok(Ok(true)) => None,
-            Ok(Ok(false)) => Some("migrations not applied"),
-            Ok(Err(_)) | Err(_) => Some("database unavailable"),
+        let pool = state.pool.clone();
+        match read_within(
+            READY_TIMEOUT,
+            async move { db::migrations_applied(&pool).await },
+        )
+        .await
+        {
+            Some(true) => None,
+            Some(false) => Some("migrations not applied"),
+            None => Some("database unavailable"),
         }
     };
     match reason {
@@ -33,5 +40,20 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "status": "unavailable", "reason": reason })),
         ),
+    }
+}
+
+/// Runs `read` on a task of its own and waits for it at most `timeout`;
+/// `None` when it failed or took longer. A read given up on still runs to
+/// its end: dropped while its BEGIN is in flight, sqlx would put the
+/// connection back in the pool with that transaction open (behind a
+/// transaction pooler, holding a server connection) until Postgres ends it.
+pub(super) async fn read_within<T: Send + 'static>(
+    timeout: Duration,
+    read: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
+) -> Option<T> {
+    match tokio::time::timeout(timeout, tokio::spawn(read)).await {
+        Ok(Ok(Ok(value))) => Some(value),
+        _ => None,
     }
 }

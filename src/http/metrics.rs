@@ -363,17 +363,18 @@ fn snapshot(depth: Option<store::Depth>, last_successes: &[(String, i64)]) -> St
 /// `GET /metrics`. The outbox gauges are read from the database with a short
 /// timeout; without it they are left out rather than failing the scrape.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let depth = tokio::time::timeout(Duration::from_secs(2), store::depth(&state.pool))
-        .await
-        .ok()
-        .and_then(Result::ok);
-    let swept = tokio::time::timeout(
-        Duration::from_secs(2),
-        crate::sweep::store::last_successes(&state.pool),
-    )
+    let pool = state.pool.clone();
+    let depth =
+        super::health::read_within(
+            Duration::from_secs(2),
+            async move { store::depth(&pool).await },
+        )
+        .await;
+    let pool = state.pool.clone();
+    let swept = super::health::read_within(Duration::from_secs(2), async move {
+        crate::sweep::store::last_successes(&pool).await
+    })
     .await
-    .ok()
-    .and_then(Result::ok)
     .unwrap_or_default();
     let body = state
         .metrics
