@@ -24,10 +24,12 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
 use super::AppState;
+use super::health::read_within;
 use crate::ingest::batch::BatchStats;
 use crate::outbox::store;
 use crate::outbox::worker::DrainerStats;
 use crate::sweep::schedule::SweepStats;
+use crate::sweep::store::last_successes;
 use quantile::Buckets;
 
 pub mod quantile;
@@ -363,19 +365,11 @@ fn snapshot(depth: Option<store::Depth>, last_successes: &[(String, i64)]) -> St
 /// `GET /metrics`. The outbox gauges are read from the database with a short
 /// timeout; without it they are left out rather than failing the scrape.
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    let (pool, wait) = (state.pool.clone(), Duration::from_secs(2));
+    let depth = read_within(wait, async move { store::depth(&pool).await }).await;
     let pool = state.pool.clone();
-    let depth =
-        super::health::read_within(
-            Duration::from_secs(2),
-            async move { store::depth(&pool).await },
-        )
-        .await;
-    let pool = state.pool.clone();
-    let swept = super::health::read_within(Duration::from_secs(2), async move {
-        crate::sweep::store::last_successes(&pool).await
-    })
-    .await
-    .unwrap_or_default();
+    let swept = read_within(wait, async move { last_successes(&pool).await }).await;
+    let swept = swept.unwrap_or_default();
     let body = state
         .metrics
         .render(depth, &swept, state.ingestor.batch_stats());
