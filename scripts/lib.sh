@@ -187,8 +187,7 @@ bench_cleanup() {
 # and prints its URL. Drop it with drop_bench_database NAME.
 bench_database() {
     "$PG_BINDIR/psql" -q -d "$DATABASE_URL" -c "drop database if exists $1 with (force)" -c "create database $1" >&2
-    python3 -c 'import sys,urllib.parse as u; p=u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' \
-        "$DATABASE_URL" "$1"
+    with_database "$DATABASE_URL" "$1"
 }
 
 drop_bench_database() {
