@@ -17,7 +17,7 @@ use webhookd::effects;
 use webhookd::providers::razorpay::{self, RazorpayVerifier};
 use webhookd::providers::standard::{Signer, StandardVerifier};
 use webhookd::providers::stripe::{self, StripeVerifier};
-use webhookd::providers::{self, Verify};
+use webhookd::providers::{self, Scope, Verify};
 use webhookd::secrets::Secrets;
 
 const STRIPE_SECRET: &str = "whsec_bench_current";
@@ -73,8 +73,12 @@ fn header(headers: &mut HeaderMap, name: &'static str, value: &str) {
 
 #[divan::bench(args = SIZES)]
 fn verify_stripe(bencher: Bencher, size: usize) {
-    let verifier = StripeVerifier::new(&Secrets::new([STRIPE_SECRET, "whsec_bench_previous"]), 300)
-        .expect("a secret");
+    let verifier = StripeVerifier::new(
+        &Secrets::new([STRIPE_SECRET, "whsec_bench_previous"]),
+        300,
+        Scope::ANY,
+    )
+    .expect("a secret");
     let body = stripe_body(size);
     let mut headers = HeaderMap::new();
     let signature = stripe::signature_header(STRIPE_SECRET, NOW, &body);

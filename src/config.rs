@@ -22,7 +22,7 @@ pub use admin::{AdminArgs, AdminListen, AdminToken, DEFAULT_ADMIN_LISTEN, MIN_TO
 pub use connections::ConnectionSettings;
 pub use outbox::{OutboxOrder, OutboxSettings};
 pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
-pub use sources::{SourceScheme, SourceSettings, sources_from_env};
+pub use sources::{LiveMode, SourceScheme, SourceSettings, StripeScopeArgs, sources_from_env};
 pub use sweep::{PeriodicSweepArgs, RazorpayApiArgs, StripeApiArgs};
 
 /// Which parts of the service a `serve` process runs.
@@ -210,15 +210,19 @@ impl ServeSettings {
 /// `WEBHOOKD_*` never changes what a test or an embedding program gets.
 impl Default for ServeSettings {
     fn default() -> Self {
-        use clap::{CommandFactory, FromArgMatches};
-        let command = ServeOnly::command().mut_args(|arg| arg.env(None::<&str>));
-        let matches = command
-            .try_get_matches_from(["webhookd"])
-            .expect("every serve setting has a default");
-        ServeOnly::from_arg_matches(&matches)
-            .expect("the defaults parse")
-            .serve
+        defaults()
     }
+}
+
+/// The command line's defaults of the arguments `T`, the environment
+/// ignored (every one of them must have a default).
+pub(crate) fn defaults<T: Args + clap::FromArgMatches>() -> T {
+    let command =
+        T::augment_args(clap::Command::new("webhookd")).mut_args(|arg| arg.env(None::<&str>));
+    let matches = command
+        .try_get_matches_from(["webhookd"])
+        .expect("every setting has a default");
+    T::from_arg_matches(&matches).expect("the defaults parse")
 }
 
 #[cfg(test)]

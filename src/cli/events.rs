@@ -6,6 +6,8 @@ use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
+use crate::config::StripeApiArgs;
+use crate::providers::Scope;
 use crate::{events, ingest};
 
 #[derive(Debug, Subcommand)]
@@ -20,8 +22,15 @@ pub enum EventsCommand {
     },
     /// One event: outcome, detail and the verified payload.
     Show { provider: String, event_id: String },
-    /// Re-run a stored event's effects through the same idempotent path.
-    Replay { provider: String, event_id: String },
+    /// Re-run a stored event's effects through the same idempotent path
+    /// (a Stripe event judged by the source `stripe`'s mode and Connect
+    /// settings as they are now).
+    Replay {
+        provider: String,
+        event_id: String,
+        #[command(flatten)]
+        stripe: Box<StripeApiArgs>,
+    },
 }
 
 pub async fn run(
@@ -34,7 +43,17 @@ pub async fn run(
             list(pool, provider.as_deref(), *limit, out).await
         }
         EventsCommand::Show { provider, event_id } => show(pool, provider, event_id, out).await,
-        EventsCommand::Replay { provider, event_id } => replay(pool, provider, event_id, out).await,
+        EventsCommand::Replay {
+            provider,
+            event_id,
+            stripe,
+        } => {
+            let scope = match provider.as_str() {
+                crate::providers::stripe::PROVIDER => stripe.scope()?,
+                _ => Scope::ANY,
+            };
+            replay(pool, &scope, provider, event_id, out).await
+        }
     }
 }
 
@@ -94,11 +113,12 @@ async fn show(
 /// effects must not run here.
 async fn replay(
     pool: &PgPool,
+    scope: &Scope,
     provider: &str,
     event_id: &str,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let done = ingest::replay_stored(pool, provider, event_id)
+    let done = ingest::replay_stored(pool, scope, provider, event_id)
         .await?
         .map_err(|refused| anyhow::anyhow!("{} {}: {refused}", id(provider), id(event_id)))?;
     let applied = &done.replayed.applied;

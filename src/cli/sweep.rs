@@ -13,7 +13,7 @@ use super::{id, json_line};
 use crate::clock::Clock;
 use crate::config::{RazorpayApiArgs, StripeApiArgs};
 use crate::events::{self, ImportRow};
-use crate::providers::{UNKNOWN_TYPE, is_identifier};
+use crate::providers::{Scope, UNKNOWN_TYPE, is_identifier};
 use crate::startup;
 use crate::sweep::listing;
 use crate::sweep::paypal::{Paypal, PaypalApiArgs};
@@ -114,7 +114,9 @@ pub async fn sweep(
             let mut api = startup::stripe_api(&args.api)?;
             let window =
                 floored(pool, clock, crate::providers::stripe::PROVIDER, args.since).await?;
-            listing::sweep::<Stripe>(&mut api, pool, mode(args.dry_run), window, None).await?
+            let scope = args.api.scope()?;
+            listing::sweep::<Stripe>(&mut api, pool, mode(args.dry_run), &scope, window, None)
+                .await?
         }
         SweepCommand::Razorpay(args) => {
             let mut api = startup::razorpay_api(&args.api)?;
@@ -127,7 +129,8 @@ pub async fn sweep(
             let mut api = sweep::paypal::api(&args.api)?;
             let window =
                 floored(pool, clock, crate::providers::paypal::PROVIDER, args.since).await?;
-            listing::sweep::<Paypal>(&mut api, pool, mode(args.dry_run), window, None).await?
+            let any = Scope::ANY;
+            listing::sweep::<Paypal>(&mut api, pool, mode(args.dry_run), &any, window, None).await?
         }
     };
     let mode = mode(summary.dry_run);
@@ -180,11 +183,13 @@ async fn import_listed(
     let summary = match source {
         ImportSource::Stripe => {
             let mut api = startup::stripe_api(&args.api)?;
-            listing::sweep::<Stripe>(&mut api, pool, mode, (since, until), None).await?
+            let scope = args.api.scope()?;
+            listing::sweep::<Stripe>(&mut api, pool, mode, &scope, (since, until), None).await?
         }
         ImportSource::Paypal => {
             let mut api = sweep::paypal::api(&args.paypal)?;
-            listing::sweep::<Paypal>(&mut api, pool, mode, (since, until), None).await?
+            let any = Scope::ANY;
+            listing::sweep::<Paypal>(&mut api, pool, mode, &any, (since, until), None).await?
         }
     };
     if mode == Mode::Import {

@@ -69,3 +69,94 @@ pub fn sources_from_env(
     }
     Ok(sources)
 }
+
+/// `WEBHOOKD_SOURCE_<NAME>_LIVEMODE`: the mode of the events a Stripe
+/// source takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LiveMode {
+    /// Live events only.
+    #[value(name = "true")]
+    Live,
+    /// Test-mode events only.
+    #[value(name = "false")]
+    Test,
+    /// Either.
+    Any,
+}
+
+impl LiveMode {
+    /// `Some(livemode)` of the events taken; `None`: either.
+    pub fn livemode(self) -> Option<bool> {
+        match self {
+            LiveMode::Live => Some(true),
+            LiveMode::Test => Some(false),
+            LiveMode::Any => None,
+        }
+    }
+}
+
+/// Which events the built-in source `stripe` takes: its mode and its
+/// Connect accounts (see [`crate::providers::Scope`]).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StripeScopeArgs {
+    /// Which events the source `stripe` takes: `true` (live only), `false`
+    /// (test mode only) or `any`. Unset: the mode of STRIPE_API_KEY when
+    /// one is given (`sk_live_`/`rk_live_` or `sk_test_`/`rk_test_`), else
+    /// `any`. Events of the other mode are recorded `rejected` and skipped
+    /// by the sweep.
+    #[arg(long, env = "WEBHOOKD_SOURCE_STRIPE_LIVEMODE", value_enum)]
+    pub stripe_livemode: Option<LiveMode>,
+    /// Whether the source `stripe` takes events of connected accounts (a
+    /// Connect endpoint's, which carry `account`); without it they are
+    /// recorded `rejected`.
+    #[arg(long, env = "WEBHOOKD_SOURCE_STRIPE_CONNECT", default_value_t = false,
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub stripe_connect: bool,
+    /// With WEBHOOKD_SOURCE_STRIPE_CONNECT: only these connected accounts'
+    /// events (comma-separated `acct_…` ids); unset: any account's.
+    #[arg(long, env = "WEBHOOKD_STRIPE_CONNECT_ACCOUNTS")]
+    pub stripe_connect_accounts: Option<String>,
+}
+
+impl StripeScopeArgs {
+    /// The scope of the source `stripe`, whose sweep reads with a key of
+    /// mode `key_mode` (`None`: no key, or a key of no known mode). A
+    /// mode set against the key's is refused: that key would sweep the
+    /// other mode's events.
+    pub fn scope(&self, key_mode: Option<bool>) -> anyhow::Result<crate::providers::Scope> {
+        use crate::providers::{is_identifier, mode_name};
+        let livemode = match (self.stripe_livemode, key_mode) {
+            (Some(set), Some(key)) if set.livemode().is_some_and(|mode| mode != key) => {
+                anyhow::bail!(
+                    "STRIPE_API_KEY is a {} key but WEBHOOKD_SOURCE_STRIPE_LIVEMODE takes {} events: \
+                     use a key of the source's mode",
+                    mode_name(key),
+                    mode_name(!key)
+                )
+            }
+            (Some(set), _) => set.livemode(),
+            (None, key) => key,
+        };
+        let accounts = match self.stripe_connect_accounts.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(list) => {
+                let accounts: std::collections::BTreeSet<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                anyhow::ensure!(
+                    accounts.iter().all(|a| is_identifier(a)),
+                    "WEBHOOKD_STRIPE_CONNECT_ACCOUNTS: each account is an id such as acct_1A2b3C"
+                );
+                Some(accounts)
+            }
+        };
+        Ok(crate::providers::Scope {
+            livemode,
+            connect: self.stripe_connect,
+            accounts,
+        })
+    }
+}

@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::Args;
 use secrecy::SecretString;
 
+use super::StripeScopeArgs;
+
 /// How to reach Razorpay's API.
 #[derive(Debug, Clone, Args)]
 pub struct RazorpayApiArgs {
@@ -44,6 +46,29 @@ pub struct StripeApiArgs {
     #[arg(long, env = "WEBHOOKD_SWEEP_RATE", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rate: u32,
+    #[command(flatten)]
+    pub scope: StripeScopeArgs,
+}
+
+/// The command line's defaults, whatever the environment holds (as
+/// [`crate::config::ServeSettings::default`]): no key, Stripe's own API.
+impl Default for StripeApiArgs {
+    fn default() -> Self {
+        super::defaults()
+    }
+}
+
+impl StripeApiArgs {
+    /// The events the source `stripe` takes: its settings, and the mode of
+    /// the key when they name none ([`StripeScopeArgs::scope`]).
+    pub fn scope(&self) -> anyhow::Result<crate::providers::Scope> {
+        use secrecy::ExposeSecret;
+        let key_mode = self
+            .stripe_api_key
+            .as_ref()
+            .and_then(|key| crate::providers::key_mode(key.expose_secret().trim()));
+        self.scope.scope(key_mode)
+    }
 }
 
 /// The periodic sweep `serve` runs in every process that drains the outbox.

@@ -104,8 +104,12 @@ pub use money::PlainCredit;
 pub use plan::{Plan, plan};
 
 /// Applies `event`'s effects for its provider. Call with its plan's locks
-/// held ([`plan`]).
+/// held ([`plan`]). An event its source does not take (another mode, a
+/// connected account: [`Event::refusal`]) is rejected, touching nothing.
 pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
+    if let Some(reason) = event.refusal() {
+        return Ok(Applied::rejected(reason));
+    }
     match event.kind() {
         Kind::Stripe => stripe::apply(conn, event).await,
         Kind::Razorpay => razorpay::apply(conn, event).await,

@@ -72,9 +72,12 @@ impl Plan {
     }
 }
 
-/// The plan of `event`. An event whose payload will be rejected locks
-/// nothing.
+/// The plan of `event`. An event whose payload will be rejected (or that
+/// its source does not take: [`Event::refusal`]) locks nothing.
 pub fn plan(event: &Event) -> Plan {
+    if event.refusal().is_some() {
+        return Plan::default();
+    }
     match event.kind() {
         Kind::Stripe => super::stripe::plan(event),
         Kind::Razorpay => super::razorpay::plan(event),

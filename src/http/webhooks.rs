@@ -46,6 +46,9 @@ pub async fn receive(
     };
     span.record("event_id", event.event_id());
     span.record("event_type", event.event_type());
+    state
+        .metrics
+        .secret_matched(&provider, event.secret_index());
 
     let receipt = state.ingestor.ingest(event).await?;
     let elapsed = started.elapsed();

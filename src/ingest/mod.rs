@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::effects;
 use crate::events::{self, Claim, Outcome};
-use crate::providers::{Event, VerifiedEvent};
+use crate::providers::{Event, Scope, VerifiedEvent};
 use crate::{db, outbox};
 use batch::{BatchSettings, Batcher};
 pub use engine::Wake;
@@ -232,9 +232,11 @@ pub struct ReplayedStored {
 
 /// Replays the stored event `provider`/`event_id` through [`replay`],
 /// except for an imported event: what `webhookd events replay` and the
-/// console's "replay" both run.
+/// console's "replay" both run. `scope` is the provider's as configured
+/// now: an event it does not take is rejected, as its delivery would be.
 pub async fn replay_stored(
     pool: &PgPool,
+    scope: &Scope,
     provider: &str,
     event_id: &str,
 ) -> Result<Result<ReplayedStored, ReplayRefused>, Error> {
@@ -251,7 +253,7 @@ pub async fn replay_stored(
         stored.payload.into(),
         stored.provider_created_at.as_deref(),
     ) {
-        Ok(event) => event,
+        Ok(event) => event.within(scope),
         Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
     };
     let replayed = replay(pool, &event, &stored.outcome).await?;

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{
-    SignatureError, UNKNOWN_TYPE, is_identifier, parse_object, payload, paypal, razorpay, stripe,
+    Scope, SignatureError, UNKNOWN_TYPE, is_identifier, parse_object, payload, paypal, razorpay,
+    stripe,
 };
 
 /// Whose effects table applies to an event.
@@ -63,6 +64,16 @@ pub struct Event {
     /// What to store instead of `raw` when `raw` cannot be stored as is.
     pub(super) stored: Option<String>,
     pub(super) via: Via,
+    /// Stripe's `livemode`: whether the event is a live one (`None` when
+    /// the envelope does not say, or the scheme has no modes).
+    pub(super) livemode: Option<bool>,
+    /// Stripe's `account`: the connected account whose event it is (`None`
+    /// for the platform's own; an account that is not a string is kept as
+    /// an empty one, present but unlisted).
+    pub(super) account: Option<String>,
+    /// Why its source's [`Scope`] does not take it ([`Event::within`]):
+    /// it is then recorded `rejected` with this reason, touching nothing.
+    pub(super) refusal: Option<String>,
 }
 
 impl Event {
@@ -105,6 +116,29 @@ impl Event {
         Event { via, ..self }
     }
 
+    /// Whether it is a live event, when its envelope says (Stripe).
+    pub fn livemode(&self) -> Option<bool> {
+        self.livemode
+    }
+
+    /// The connected account whose event it is (Stripe Connect).
+    pub fn account(&self) -> Option<&str> {
+        self.account.as_deref()
+    }
+
+    /// Why its source does not take it, when it does not: the reason it is
+    /// recorded `rejected` with, without effects.
+    pub fn refusal(&self) -> Option<&str> {
+        self.refusal.as_deref()
+    }
+
+    /// The same event, judged by `scope` (its mode and account): see
+    /// [`Event::refusal`].
+    pub fn within(self, scope: &Scope) -> Self {
+        let refusal = scope.refusal(self.livemode, self.account.as_deref());
+        Event { refusal, ..self }
+    }
+
     /// The exact bytes that were verified.
     pub fn raw(&self) -> &Bytes {
         &self.raw
@@ -127,11 +161,18 @@ impl Event {
 /// envelope parsed afterwards. Only [`Verify::verify`] makes one: nothing
 /// else in the crate, and nothing outside it, can.
 #[derive(Debug, Clone)]
-pub struct VerifiedEvent(Event);
+pub struct VerifiedEvent(Event, usize);
 
 impl VerifiedEvent {
     pub fn into_event(self) -> Event {
         self.0
+    }
+
+    /// Which of the source's secrets (PayPal: webhook ids) signed it, by
+    /// position in its list: an old secret of a rotation that no delivery
+    /// uses any more can be known unused, and removed.
+    pub fn secret_index(&self) -> usize {
+        self.1
     }
 }
 
@@ -143,10 +184,34 @@ impl std::ops::Deref for VerifiedEvent {
     }
 }
 
-/// Seals a verified delivery; the schemes' `verify` call it last.
-pub(super) fn verified(event: Event) -> VerifiedEvent {
-    VerifiedEvent(event)
+/// Seals a delivery that the secret at `secret_index` of its source's
+/// list verified; the schemes' `verify` call it last.
+pub(super) fn verified(event: Event, secret_index: usize) -> VerifiedEvent {
+    VerifiedEvent(event, secret_index)
 }
+
+/// The id a delivery of a payment scheme names its event by, unless it
+/// lies in webhookd's own namespace ([`is_own_id`]): nobody can pre-empt
+/// an id that webhookd makes up for what a sweep recovers.
+pub(super) fn delivered_id(event_id: &str) -> Result<&str, SignatureError> {
+    if is_own_id(event_id) {
+        return Err(SignatureError::InvalidPayload(
+            "an event id in webhookd's own namespace (it contains ':')",
+        ));
+    }
+    Ok(event_id)
+}
+
+/// Whether `event_id` is one webhookd makes up itself (a sweep's, a
+/// delivery gap's, Razorpay's composite key for a delivery without
+/// `x-razorpay-event-id`): each contains a `:`, and no id Stripe, Razorpay
+/// or PayPal gives an event ever does (`evt_…`, `WH-…`).
+pub fn is_own_id(event_id: &str) -> bool {
+    event_id.contains(OWN_ID_SEPARATOR)
+}
+
+/// The separator of the ids webhookd makes up ([`is_own_id`]).
+pub const OWN_ID_SEPARATOR: char = ':';
 
 /// A generic source's event: the whole verified body is its object. Its type
 /// comes from a header, else (`None`) from the body's `type`, else it is
@@ -181,6 +246,9 @@ pub(crate) fn source_event(
         raw: body.clone(),
         stored: json.stored,
         via: Via::Webhook,
+        livemode: None,
+        account: None,
+        refusal: None,
     })
 }
 
@@ -233,10 +301,10 @@ impl Event {
 /// say). Tests of verification itself sign their deliveries.
 #[cfg(feature = "test-support")]
 pub mod testing {
-    use super::{Event, VerifiedEvent, verified};
+    use super::{Event, VerifiedEvent};
 
     /// Seals `event` as if its delivery's signature had checked out.
     pub fn assume_verified(event: Event) -> VerifiedEvent {
-        verified(event)
+        super::VerifiedEvent(event, 0)
     }
 }

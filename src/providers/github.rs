@@ -44,10 +44,11 @@ impl Verify for GithubVerifier {
             .ok_or(SignatureError::MalformedHeader(
                 "expected sha256=<64 lower-case hex digits>",
             ))?;
-        self.keys.verify(&[body], &[signature])?;
+        let secret = self.keys.verify(&[body], &[signature])?;
         let event_id =
             identifier_header(headers, "x-github-delivery", "no usable X-GitHub-Delivery")?;
         let event_type = identifier_header(headers, "x-github-event", "no usable X-GitHub-Event")?;
-        source_event(&self.name, event_id, Some(event_type), None, body).map(verified)
+        source_event(&self.name, event_id, Some(event_type), None, body)
+            .map(|event| verified(event, secret))
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::SignatureError;
 use crate::secrets::Secrets;
@@ -30,35 +30,38 @@ impl Keys {
         Keys::new(secrets.iter().map(|s| s.expose_secret().as_bytes()))
     }
 
-    /// Ok when the HMAC of `parts`, under any key, equals any candidate;
-    /// [`SignatureError::Mismatch`] otherwise.
+    /// The position in the secret list of the first key under which the
+    /// HMAC of `parts` equals any candidate (which secret of a rotation
+    /// signed); [`SignatureError::Mismatch`] when none does.
     pub(crate) fn verify<C: AsRef<[u8]>>(
         &self,
         parts: &[&[u8]],
         candidates: &[C],
-    ) -> Result<(), SignatureError> {
-        if self.any_matches(parts, candidates) {
-            Ok(())
-        } else {
-            Err(SignatureError::Mismatch)
-        }
+    ) -> Result<usize, SignatureError> {
+        self.first_match(parts, candidates)
+            .ok_or(SignatureError::Mismatch)
     }
 
-    /// Whether the HMAC of `parts`, under any key, equals any candidate.
-    /// Every comparison runs, in constant time, whatever matched.
-    fn any_matches<C: AsRef<[u8]>>(&self, parts: &[&[u8]], candidates: &[C]) -> bool {
+    /// The first key under which the HMAC of `parts` equals any candidate.
+    /// Every comparison runs, in constant time, whatever matched, and the
+    /// position is chosen without a branch on a comparison.
+    fn first_match<C: AsRef<[u8]>>(&self, parts: &[&[u8]], candidates: &[C]) -> Option<usize> {
         let mut matched = subtle::Choice::from(0);
-        for key in &self.0 {
+        let mut first = 0u64;
+        for (index, key) in self.0.iter().enumerate() {
             let mut mac = key.clone();
             for part in parts {
                 mac.update(part);
             }
             let expected = mac.finalize().into_bytes();
+            let mut this = subtle::Choice::from(0);
             for candidate in candidates {
-                matched |= expected.as_slice().ct_eq(candidate.as_ref());
+                this |= expected.as_slice().ct_eq(candidate.as_ref());
             }
+            first.conditional_assign(&(index as u64), this & !matched);
+            matched |= this;
         }
-        matched.into()
+        bool::from(matched).then_some(first as usize)
     }
 }
 
@@ -78,8 +81,17 @@ mod tests {
         let mut mac = HmacSha256::new_from_slice(b"new").unwrap();
         mac.update(b"a.b");
         let good = mac.finalize().into_bytes().to_vec();
-        assert!(keys.any_matches(&[b"a", b".", b"b"], &[vec![0; 32], good.clone()]));
-        assert!(!keys.any_matches(&[b"a.c"], &[good]));
-        assert!(!keys.any_matches::<Vec<u8>>(&[b"a.b"], &[]));
+        assert_eq!(
+            keys.first_match(&[b"a", b".", b"b"], &[vec![0; 32], good.clone()]),
+            Some(1),
+            "the second secret signed"
+        );
+        assert_eq!(
+            keys.first_match(&[b"a.c"], std::slice::from_ref(&good)),
+            None
+        );
+        assert_eq!(keys.first_match::<Vec<u8>>(&[b"a.b"], &[]), None);
+        let twice = Keys::new([b"new".as_slice(), b"new".as_slice()]);
+        assert_eq!(twice.first_match(&[b"a.b"], &[good]), Some(0), "the first");
     }
 }

@@ -15,6 +15,7 @@ mod keys;
 mod payload;
 pub mod paypal;
 pub mod razorpay;
+mod scope;
 pub mod shopify;
 pub mod standard;
 pub mod stripe;
@@ -30,9 +31,10 @@ pub(crate) use payload::{JsonBody, parse_object};
 pub(crate) use event::source_event;
 #[cfg(feature = "test-support")]
 pub use event::testing;
-use event::verified;
-pub use event::{Event, Kind, VerifiedEvent, Via};
+pub use event::{Event, Kind, OWN_ID_SEPARATOR, VerifiedEvent, Via, is_own_id};
+use event::{delivered_id, verified};
 pub(crate) use keys::{HmacSha256, Keys};
+pub use scope::{Scope, key_mode, mode_name};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -109,6 +111,9 @@ pub trait Verify: Send + Sync + fmt::Debug {
 #[derive(Debug, Default, Clone)]
 pub struct Providers {
     by_name: HashMap<String, Arc<dyn Verify>>,
+    /// The scope of each provider that has one other than [`Scope::ANY`]
+    /// (Stripe's), mounted or not: a replay judges by it too.
+    scopes: HashMap<String, Scope>,
 }
 
 /// What to mount: each scheme with its own keys. `startup` builds it from
@@ -120,6 +125,8 @@ pub struct Settings {
     pub tolerance_secs: u64,
     /// Stripe's endpoint secrets; none: Stripe is not mounted.
     pub stripe: Secrets,
+    /// The mode and Connect accounts Stripe's endpoint takes.
+    pub stripe_scope: Scope,
     /// Razorpay's webhook secrets; none: Razorpay is not mounted.
     pub razorpay: Secrets,
     /// PayPal's webhook ids and certificates; none: PayPal is not mounted.
@@ -147,8 +154,14 @@ pub enum Scheme {
 impl Providers {
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Self> {
         let mut providers = Providers::default();
-        if let Some(stripe) = stripe::StripeVerifier::new(&settings.stripe, settings.tolerance_secs)
-        {
+        providers
+            .scopes
+            .insert(stripe::PROVIDER.to_owned(), settings.stripe_scope.clone());
+        if let Some(stripe) = stripe::StripeVerifier::new(
+            &settings.stripe,
+            settings.tolerance_secs,
+            settings.stripe_scope.clone(),
+        ) {
             providers.insert(stripe::PROVIDER, stripe);
         }
         if let Some(razorpay) = razorpay::RazorpayVerifier::new(&settings.razorpay) {
@@ -187,6 +200,11 @@ impl Providers {
 
     pub fn get(&self, name: &str) -> Option<&dyn Verify> {
         self.by_name.get(name).map(|v| &**v)
+    }
+
+    /// The events `provider` takes ([`Scope::ANY`] for most).
+    pub fn scope(&self, provider: &str) -> &Scope {
+        self.scopes.get(provider).unwrap_or(&Scope::ANY)
     }
 
     /// Mounted names, sorted.

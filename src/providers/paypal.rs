@@ -87,6 +87,9 @@ pub(crate) fn parse_event(body: &Bytes, transmitted: Option<i64>) -> Result<Even
         raw: body.clone(),
         stored,
         via: Via::Webhook,
+        livemode: None,
+        account: None,
+        refusal: None,
     })
 }
 

@@ -3,7 +3,10 @@
 //! travels only in `x-razorpay-event-id`, which the signature does not cover:
 //! a replayed body under a fresh id verifies, so money is protected by the
 //! effects' natural keys (`effects::razorpay`). Without the header the event id is
-//! `{event}:{id of the first entity in contains}:{created_at}`.
+//! `{event}:{id of the first entity in contains}:{created_at}`. A header id
+//! with a `:` is refused (400): ids with one are webhookd's own (this
+//! composite key, a sweep's), so no delivery can take one first
+//! ([`super::is_own_id`]).
 
 use std::sync::Arc;
 
@@ -11,7 +14,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::{Event, VerifiedEvent, verified};
+use super::{Event, VerifiedEvent, delivered_id, verified};
 use super::{
     Keys, Kind, SignatureError, UNKNOWN_TYPE, Verify, Via, header, is_identifier, is_unix_time,
     lower_hex_32, parse_object, required_header,
@@ -47,9 +50,9 @@ impl Verify for RazorpayVerifier {
         let signature = lower_hex_32(signature).ok_or(SignatureError::MalformedHeader(
             "not 64 lower-case hex digits",
         ))?;
-        self.keys.verify(&[body], &[signature])?;
+        let secret = self.keys.verify(&[body], &[signature])?;
         let event_id = match header(headers, EVENT_ID_HEADER)? {
-            Some(id) if is_identifier(id) => Some(id),
+            Some(id) if is_identifier(id) => Some(delivered_id(id)?),
             Some(_) => {
                 return Err(SignatureError::InvalidPayload(
                     "unusable x-razorpay-event-id",
@@ -57,15 +60,15 @@ impl Verify for RazorpayVerifier {
             }
             None => None,
         };
-        parse_event(body, event_id).map(verified)
+        parse_event(body, event_id).map(|event| verified(event, secret))
     }
 }
 
 /// Parses a Razorpay envelope: `event`, `created_at`, `contains`, `payload`.
 /// An event built from entities that Razorpay's API listed to us (over
 /// TLS, with our key): `body` is a `payment.captured` or `refund.processed`
-/// envelope around them, `event_id` the documented synthetic id
-/// (`sweep:{event}:{entity id}`). Trusted like a verified delivery, and
+/// envelope around them, `event_id` the documented synthetic id, in
+/// webhookd's own namespace (`webhookd:sweep:{event}:{entity id}`). Trusted like a verified delivery, and
 /// recorded as found by a sweep.
 pub fn listed_event(body: &Bytes, event_id: &str) -> Result<Event, SignatureError> {
     if !is_identifier(event_id) {
@@ -106,6 +109,9 @@ pub(crate) fn parse_event(body: &Bytes, event_id: Option<&str>) -> Result<Event,
         raw: body.clone(),
         stored,
         via: Via::Webhook,
+        livemode: None,
+        account: None,
+        refusal: None,
     })
 }
 

@@ -43,7 +43,7 @@ impl Verify for ShopifyVerifier {
         let signature = base64_32(signature).ok_or(SignatureError::MalformedHeader(
             "not the base64 of a SHA-256 HMAC",
         ))?;
-        self.keys.verify(&[body], &[signature])?;
+        let secret = self.keys.verify(&[body], &[signature])?;
         let id_header = match header(headers, "x-shopify-event-id")? {
             Some(_) => "x-shopify-event-id",
             None => "x-shopify-webhook-id",
@@ -55,6 +55,7 @@ impl Verify for ShopifyVerifier {
         )?;
         let event_type =
             identifier_header(headers, "x-shopify-topic", "no usable X-Shopify-Topic")?;
-        source_event(&self.name, event_id, Some(event_type), None, body).map(verified)
+        source_event(&self.name, event_id, Some(event_type), None, body)
+            .map(|event| verified(event, secret))
     }
 }

@@ -75,7 +75,7 @@ impl Verify for StandardVerifier {
         if candidates.is_empty() {
             return Err(SignatureError::NoSupportedSignature);
         }
-        self.keys.verify(
+        let secret = self.keys.verify(
             &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
             &candidates,
         )?;
@@ -83,7 +83,8 @@ impl Verify for StandardVerifier {
         if !is_identifier(id) {
             return Err(SignatureError::InvalidPayload("no usable webhook-id"));
         }
-        source_event(&self.name, id.to_owned(), None, Some(signed_at), body).map(verified)
+        source_event(&self.name, id.to_owned(), None, Some(signed_at), body)
+            .map(|event| verified(event, secret))
     }
 }
 

@@ -12,9 +12,9 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::{Event, VerifiedEvent, verified};
+use super::{Event, VerifiedEvent, delivered_id, verified};
 use super::{
-    HmacSha256, Keys, Kind, SignatureError, Verify, Via, check_tolerance, id_and_type,
+    HmacSha256, Keys, Kind, Scope, SignatureError, Verify, Via, check_tolerance, id_and_type,
     is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
 };
 use crate::secrets::Secrets;
@@ -28,6 +28,8 @@ pub const SIGNATURE_HEADER: &str = "stripe-signature";
 pub struct StripeVerifier {
     keys: Keys,
     tolerance_secs: u64,
+    /// The mode and Connect accounts this endpoint takes.
+    scope: Scope,
 }
 
 /// The parts of a `Stripe-Signature` header that matter.
@@ -43,10 +45,11 @@ pub struct SignatureHeader<'a> {
 
 impl StripeVerifier {
     /// `None` when no secret is configured: the provider is then not mounted.
-    pub fn new(secrets: &Secrets, tolerance_secs: u64) -> Option<Self> {
+    pub fn new(secrets: &Secrets, tolerance_secs: u64, scope: Scope) -> Option<Self> {
         (!secrets.is_empty()).then(|| StripeVerifier {
             keys: Keys::from_secrets(secrets),
             tolerance_secs,
+            scope,
         })
     }
 }
@@ -65,12 +68,14 @@ impl Verify for StripeVerifier {
             SIGNATURE_HEADER,
             "Stripe-Signature",
         )?)?;
-        self.keys.verify(
+        let secret = self.keys.verify(
             &[header.timestamp.as_bytes(), b".", body],
             &header.signatures,
         )?;
         check_tolerance(now, header.unix, self.tolerance_secs)?;
-        parse_event(body).map(verified)
+        let event = parse_event(body)?;
+        delivered_id(event.event_id())?;
+        Ok(verified(event.within(&self.scope), secret))
     }
 }
 
@@ -135,6 +140,13 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
             SignatureError::InvalidPayload("created is not a Unix timestamp"),
         )?),
     };
+    let livemode = fields.get("livemode").and_then(Value::as_bool);
+    let account = match fields.get("account") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(account)) => Some(account.clone()),
+        // Present, but no account any list could name.
+        Some(_) => Some(String::new()),
+    };
     let object = fields
         .get_mut("data")
         .and_then(|data| data.get_mut("object"))
@@ -149,6 +161,9 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
         raw: body.clone(),
         stored,
         via: Via::Webhook,
+        livemode,
+        account,
+        refusal: None,
     })
 }
 
@@ -191,7 +206,7 @@ mod tests {
 
     #[test]
     fn signing_and_verifying_agree() {
-        let verifier = StripeVerifier::new(&Secrets::new(["whsec_test"]), 300).unwrap();
+        let verifier = StripeVerifier::new(&Secrets::new(["whsec_test"]), 300, Scope::ANY).unwrap();
         let body =
             Bytes::from_static(br#"{"id":"evt_1","type":"x","created":1,"data":{"object":{}}}"#);
         let mut headers = HeaderMap::new();

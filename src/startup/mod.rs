@@ -62,7 +62,7 @@ impl Application {
         shutdown: CancellationToken,
         workers: Workers,
     ) -> anyhow::Result<Self> {
-        let providers = Providers::from_settings(&providers_settings(settings))?;
+        let providers = Providers::from_settings(&providers_settings(settings)?)?;
         if providers.names().is_empty() {
             tracing::warn!("no provider has a secret configured: every /webhooks/... answers 404");
         }

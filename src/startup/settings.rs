@@ -32,7 +32,13 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
     }
     // Built to check every key, without creating PayPal's certificate
     // directory: that is checked read-only, and created when serving.
-    let mut checked = providers_settings(settings);
+    let mut checked = match providers_settings(settings) {
+        Ok(checked) => checked,
+        Err(error) => {
+            problems.push(format!("{error:#}"));
+            providers::Settings::default()
+        }
+    };
     if let Some(dir) = checked.paypal.as_mut().and_then(|p| p.certs.dir.take())
         && let Err(error) = providers::paypal::certs::check_dir(&dir)
     {
@@ -173,11 +179,12 @@ pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<()> {
     db::migrate(&database_options(settings)?).await
 }
 
-/// Each provider's and source's own keys.
-pub fn providers_settings(settings: &ServeSettings) -> providers::Settings {
-    providers::Settings {
+/// Each provider's and source's own keys, and the events each takes.
+pub fn providers_settings(settings: &ServeSettings) -> anyhow::Result<providers::Settings> {
+    Ok(providers::Settings {
         tolerance_secs: settings.tolerance_secs,
         stripe: settings.stripe_webhook_secret.clone(),
+        stripe_scope: settings.sweep.stripe.scope()?,
         razorpay: settings.razorpay_webhook_secret.clone(),
         paypal: paypal_settings(settings),
         sources: settings
@@ -193,7 +200,7 @@ pub fn providers_settings(settings: &ServeSettings) -> providers::Settings {
                 secrets: source.secrets.clone(),
             })
             .collect(),
-    }
+    })
 }
 
 /// The group commit's settings from the configuration.

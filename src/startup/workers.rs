@@ -10,6 +10,7 @@ use crate::clock::Clock;
 use crate::config::{self, RazorpayApiArgs, ServeSettings, StripeApiArgs};
 use crate::outbox::retry::RetryPolicy;
 use crate::outbox::{Drainer, DrainerSettings};
+use crate::providers::Scope;
 use crate::sinks::Sink;
 use crate::sinks::http::HttpSink;
 use crate::sinks::log::LogSink;
@@ -67,14 +68,18 @@ pub fn sweeper(
         provider,
         api,
         window: sweep.sweep_window.unwrap_or(default_window),
+        scope: Scope::ANY,
     };
     let mut targets = Vec::new();
     if set(&sweep.stripe.stripe_api_key).is_some() {
-        targets.push(target(
-            crate::providers::stripe::PROVIDER,
-            stripe_api(&sweep.stripe)?,
-            crate::sweep::stripe::DEFAULT_WINDOW,
-        ));
+        targets.push(Target {
+            scope: sweep.stripe.scope()?,
+            ..target(
+                crate::providers::stripe::PROVIDER,
+                stripe_api(&sweep.stripe)?,
+                crate::sweep::stripe::DEFAULT_WINDOW,
+            )
+        });
     }
     let razorpay = &sweep.razorpay;
     let id_set = razorpay

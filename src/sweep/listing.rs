@@ -2,19 +2,26 @@
 //! `GET /v1/notifications/webhooks-events`): each lists its events newest
 //! first; they are applied oldest first, by `(created, id)`.
 //!
-//! Memory stays bounded: the window is read one time slice at a time, and a
-//! slice that holds more than [`SLICE_EVENTS`] events is split in two and
-//! read again (a slice of one second is read whole).
+//! Memory stays bounded by bytes: the window is read one time slice at a
+//! time, and a slice that holds more than [`SLICE_EVENTS`] events or
+//! [`SLICE_BYTES`] bytes of them is split in two and read again; a slice of
+//! one second that holds more is refused with that reason. A page holds
+//! at most what was asked for, in at most the API's body bound
+//! ([`super::api::MOST_BODY_BYTES`]); events are held as listed (their
+//! bytes) and parsed one at a time as they are applied.
 
 use bytes::Bytes;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
 use super::{Checkpoint, Mode, Summary};
-use crate::providers::{Event, SignatureError};
+use crate::providers::{Event, Scope, SignatureError};
 
 /// Most events held in memory at once (one slice's).
 pub const SLICE_EVENTS: usize = 5_000;
+
+/// Most bytes of listed events held in memory at once (one slice's).
+pub const SLICE_BYTES: usize = 64 * 1024 * 1024;
 
 /// An event as listed: its position in the list and its exact bytes.
 pub(crate) struct Listed {
@@ -41,14 +48,15 @@ pub(crate) trait EventsApi {
 }
 
 /// Sweeps `[since, until)` (Unix seconds) of `P`'s events and applies,
-/// counts or imports them ([`Mode`]). With `checkpoint` (the periodic
-/// sweep's lease), the `sweeps` row advances past each slice once it is
-/// applied, and the lease is renewed; a run whose lease another process
-/// took over stops.
+/// counts or imports those `scope` takes ([`Mode`]); the others are
+/// skipped. With `checkpoint` (the periodic sweep's lease), the `sweeps`
+/// row advances past each slice once it is applied, and the lease is
+/// renewed; a run whose lease another process took over stops.
 pub(crate) async fn sweep<P: EventsApi>(
     api: &mut Api,
     pool: &PgPool,
     mode: Mode,
+    scope: &Scope,
     (since, until): (i64, i64),
     checkpoint: Option<&Checkpoint>,
 ) -> anyhow::Result<Summary> {
@@ -65,19 +73,30 @@ pub(crate) async fn sweep<P: EventsApi>(
         listed.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
         listed.dedup_by(|a, b| a.id == b.id);
         summary.listed += listed.len() as u64;
-        let mut events = Vec::with_capacity(listed.len());
+        // A dry run counts the ids of those never recorded, all at once.
+        let mut unseen = Vec::new();
         for listed in listed {
-            match P::event(&listed.raw) {
-                Ok(event) => events.push(event),
+            let event = match P::event(&listed.raw) {
+                Ok(event) => event.within(scope),
                 Err(refusal) => {
                     tracing::warn!(provider = P::PROVIDER,
                         event_id = %crate::telemetry::bounded(&listed.id), %refusal,
                         "the API listed an event webhookd cannot read; skipped");
                     summary.skipped += 1;
+                    continue;
                 }
+            };
+            if let Some(refusal) = event.refusal() {
+                tracing::warn!(provider = P::PROVIDER, event_id = event.event_id(), %refusal,
+                    "the API listed an event this source does not take; skipped");
+                summary.skipped += 1;
+            } else if mode == Mode::DryRun {
+                unseen.push(event.event_id().to_owned());
+            } else {
+                super::apply(pool, mode, &event, &mut summary).await?;
             }
         }
-        super::apply(pool, mode, events, &mut summary).await?;
+        super::count_unseen(pool, P::PROVIDER, &unseen, &mut summary).await?;
         if let Some(checkpoint) = checkpoint {
             checkpoint.advance(pool, P::PROVIDER, to).await?;
         }
@@ -88,20 +107,53 @@ pub(crate) async fn sweep<P: EventsApi>(
 
 /// Whether a slice `[from, to)` of which `listed` events were read so far
 /// should be split rather than read on; an error when even one second holds
-/// more than anyone could mean.
+/// more than the sweep holds at once.
 pub(crate) fn split(
-    listed: usize,
+    listed: &[Listed],
     (from, to): (i64, i64),
     provider: &'static str,
 ) -> Result<bool, ApiFailure> {
-    if listed > SLICE_EVENTS && to - from > 1 {
+    let bytes: usize = listed.iter().map(|event| event.raw.len()).sum();
+    split_at(listed.len(), bytes, (from, to), provider)
+}
+
+/// [`split`] of a slice of which `count` items of `bytes` bytes were read
+/// so far (Razorpay's payments and refunds too).
+pub(crate) fn split_at(
+    count: usize,
+    bytes: usize,
+    (from, to): (i64, i64),
+    provider: &'static str,
+) -> Result<bool, ApiFailure> {
+    let over = count > SLICE_EVENTS || bytes > SLICE_BYTES;
+    if over && to - from > 1 {
         return Ok(true);
     }
-    if listed > SLICE_EVENTS * 20 {
-        return Err(ApiFailure::Malformed(
+    if count > SLICE_EVENTS * 20 {
+        return Err(ApiFailure::Oversized(
             format!("more than {} events in one second", SLICE_EVENTS * 20),
             provider,
         ));
     }
+    if bytes > SLICE_BYTES {
+        return Err(ApiFailure::Oversized(
+            format!(
+                "more than {} MiB of events in one second",
+                SLICE_BYTES / (1024 * 1024)
+            ),
+            provider,
+        ));
+    }
     Ok(false)
+}
+
+/// Refuses a page that holds more than the `asked` items a page was asked for.
+pub(crate) fn page_of(got: usize, asked: usize, provider: &'static str) -> Result<(), ApiFailure> {
+    if got > asked {
+        return Err(ApiFailure::Malformed(
+            format!("a page of {got} items, where {asked} were asked for"),
+            provider,
+        ));
+    }
+    Ok(())
 }

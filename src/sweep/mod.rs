@@ -48,12 +48,25 @@ pub struct Summary {
     pub until: i64,
     /// Events the provider listed in the window.
     pub listed: u64,
-    /// Applied now (or, in a dry run, that would be), never recorded before.
-    /// For an import: recorded `imported` now.
+    /// Never recorded before, and applied now: a credit, a debit, a
+    /// subscription or payment row, an outbox row (in a dry run: never
+    /// recorded before, so that would be applied or recorded now). Only
+    /// these mean that deliveries failed. For an import: recorded
+    /// `imported` now.
     pub recovered: u64,
-    /// Recorded before (delivered, swept or imported): nothing to do.
+    /// Never recorded before, and recorded now without an effect: `ignored`
+    /// (its effect belongs to another event, or its type has none) or
+    /// `superseded` (older than the stored state).
+    pub ignored: u64,
+    /// Never recorded before, and recorded now `deferred`: it applies when
+    /// what it waits for arrives.
+    pub deferred: u64,
+    /// Recorded before (delivered, swept or imported), or its effect is in
+    /// the ledger already: nothing to do.
     pub already_seen: u64,
-    /// Listed but unusable (no usable id or type): left alone.
+    /// Listed but unusable (no usable id or type), not this source's (the
+    /// other mode, a connected account it does not take), or recorded now
+    /// `rejected`: left alone.
     pub skipped: u64,
     /// Pages of the provider's list read, and requests sent (retries included).
     pub pages: u64,
@@ -120,35 +133,53 @@ pub(crate) fn slices((since, until): (i64, i64)) -> Vec<(i64, i64)> {
 /// restarting, a lock timeout) before the sweep gives up.
 const INGEST_TRIES: u32 = 5;
 
-/// Applies (or counts, or imports) `events`, oldest first as given.
+/// Counts, for a dry run, the events of `ids` never recorded: they would
+/// be recovered.
+pub(crate) async fn count_unseen(
+    pool: &PgPool,
+    provider: &str,
+    ids: &[String],
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let seen = events::recorded(pool, provider, ids).await?;
+    summary.already_seen += seen.len() as u64;
+    summary.recovered += (ids.len() - seen.len()) as u64;
+    Ok(())
+}
+
+/// Applies or imports one listed event (never in a dry run: see
+/// [`count_unseen`]), and counts what it came to.
 pub(crate) async fn apply(
     pool: &PgPool,
     mode: Mode,
-    events: Vec<Event>,
+    event: &Event,
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
-    if mode == Mode::DryRun {
-        let ids: Vec<String> = events.iter().map(|e| e.event_id().to_owned()).collect();
-        let provider = events.first().map_or("", |e| e.provider());
-        let seen = events::recorded(pool, provider, &ids).await?;
-        summary.already_seen += seen.len() as u64;
-        summary.recovered += (ids.len() - seen.len()) as u64;
-        return Ok(());
-    }
-    for event in events {
-        let outcome = match mode {
-            Mode::Import if import(pool, &event).await? => Outcome::Processed,
-            Mode::Import => Outcome::Duplicate,
-            _ => apply_one(pool, &event).await?,
-        };
+    let outcome = match mode {
+        Mode::Import if import(pool, event).await? => Outcome::Processed,
+        Mode::Import => Outcome::Duplicate,
+        _ => apply_one(pool, event).await?,
+    };
+    summary.count(outcome);
+    Ok(())
+}
+
+impl Summary {
+    /// Counts an event recorded with `outcome` (`duplicate`: recorded
+    /// before).
+    pub(crate) fn count(&mut self, outcome: Outcome) {
         match outcome {
-            Outcome::Duplicate => summary.already_seen += 1,
+            Outcome::Processed => self.recovered += 1,
+            Outcome::Ignored | Outcome::Superseded => self.ignored += 1,
+            Outcome::Deferred => self.deferred += 1,
+            Outcome::Duplicate => self.already_seen += 1,
             // Recorded now, but it can never apply (reason in its detail).
-            Outcome::Rejected => summary.skipped += 1,
-            _ => summary.recovered += 1,
+            Outcome::Rejected => self.skipped += 1,
         }
     }
-    Ok(())
 }
 
 /// One event through the ingest path, retried while its failure is

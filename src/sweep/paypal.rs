@@ -154,6 +154,7 @@ impl EventsApi for Paypal {
             summary.pages += 1;
             let page: Page = serde_json::from_slice(&body)
                 .map_err(|e| malformed(format!("a list page: {e}")))?;
+            listing::page_of(page.events.len(), PAGE_SIZE as usize, PROVIDER)?;
             for raw in page.events {
                 if let Some(event) = listed_in(&raw, (from, to))? {
                     listed.push(event);
@@ -163,7 +164,7 @@ impl EventsApi for Paypal {
                 return Ok(Some(listed));
             };
             let next = next_query(api.base(), &next.href, &window)?;
-            if listing::split(listed.len(), (from, to), PROVIDER)? {
+            if listing::split(&listed, (from, to), PROVIDER)? {
                 return Ok(None);
             }
             query = next;

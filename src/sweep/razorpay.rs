@@ -2,28 +2,32 @@
 //! (`GET /v1/payments`, `GET /v1/refunds`, `from`/`to`, 100 a page, `skip`
 //! to page, newest first) and gives each captured payment the effect of
 //! `payment.captured` and each processed refund that of `refund.processed`,
-//! through the same ingest path, under a synthetic event id:
-//! `sweep:payment.captured:{pay_…}` and `sweep:refund.processed:{rfnd_…}`.
+//! through the same ingest path, under an event id of webhookd's own
+//! namespace, which no delivery can name ([`crate::providers::is_own_id`]):
+//! `webhookd:sweep:payment.captured:{pay_…}` and
+//! `webhookd:sweep:refund.processed:{rfnd_…}`. (Sweeps before that
+//! namespace named them `sweep:…`, an id a delivery could take first;
+//! the ledger decides, so those are never applied twice either.)
 //!
 //! The ledger's natural keys, `(razorpay, credit, pay_…)` and `(razorpay,
-//! refund, rfnd_…)`, decide what is already applied: a payment credited by
-//! its webhook, before or after the sweep, is never credited twice (the
-//! later of the two is recorded `ignored` with the owner). Windows end at
-//! least [`SETTLE_SECS`] in the past, so that offsets cannot shift while
-//! pages are read; a window holding more than [`SLICE_ITEMS`] items is
-//! split in two and read again.
+//! refund, rfnd_…)`, decide what is missing, never the synthetic id: a
+//! payment credited by its webhook, before or after the sweep, is never
+//! credited twice (the later of the two is recorded `ignored` with the
+//! owner). Windows end at least [`SETTLE_SECS`] in the past, so that
+//! offsets cannot shift while pages are read; a window holding more items
+//! or bytes than a slice holds ([`listing::split_at`]) is split in two and
+//! read again. Items are held as listed and parsed one at a time.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::value::RawValue;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
+use super::listing;
 use super::{Checkpoint, Mode, Summary};
-use crate::events::Outcome;
 use crate::ledger::{self, EntryKind};
 use crate::providers::is_identifier;
 use crate::providers::razorpay::{PROVIDER, listed_event};
@@ -38,15 +42,13 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// A window's end is at least this many seconds in the past.
 pub const SETTLE_SECS: i64 = 60;
 
-/// Most items (payments and refunds) held in memory at once.
-pub const SLICE_ITEMS: usize = 5_000;
+/// The prefix of the event ids a Razorpay sweep gives what it applies.
+pub const SWEEP_ID_PREFIX: &str = "webhookd:sweep:";
 
 const PAGE: usize = 100;
 
-#[derive(Deserialize)]
-struct Collection {
-    items: Vec<Value>,
-}
+mod items;
+use items::{CAPTURED, Collection, Item, REFUNDED};
 
 /// Sweeps `[since, until)` (Unix seconds; `until` is moved back to
 /// [`SETTLE_SECS`] before `now` when later). Dry runs count; imports are
@@ -66,10 +68,13 @@ pub async fn sweep(
     let mut summary = Summary::new(PROVIDER, mode, (since, until));
     let mut slices = super::slices((since, until));
     while let Some((from, to)) = slices.pop() {
-        let listed = match list(api, "/v1/payments", from, to, &mut summary).await? {
-            Some(payments) => list(api, "/v1/refunds", from, to, &mut summary)
-                .await?
-                .map(|refunds| (payments, refunds)),
+        let listed = match list(api, "/v1/payments", (from, to), 0, &mut summary).await? {
+            Some(payments) => {
+                let held = payments.iter().map(|p| p.raw.get().len()).sum();
+                list(api, "/v1/refunds", (from, to), held, &mut summary)
+                    .await?
+                    .map(|refunds| (payments, refunds))
+            }
             None => None,
         };
         let Some((payments, refunds)) = listed else {
@@ -97,15 +102,17 @@ pub async fn sweep(
 }
 
 /// Every item of `path` created in `[from, to)`, oldest first, or `None`
-/// when there are more than [`SLICE_ITEMS`] and the window can be split.
+/// when they are more than a slice holds beside the `held` bytes already
+/// read, and the window can be split ([`listing::split_at`]).
 async fn list(
     api: &mut Api,
     path: &str,
-    from: i64,
-    to: i64,
+    (from, to): (i64, i64),
+    held: usize,
     summary: &mut Summary,
-) -> Result<Option<Vec<Value>>, ApiFailure> {
-    let mut items: Vec<Value> = Vec::new();
+) -> Result<Option<Vec<Item>>, ApiFailure> {
+    let mut items: Vec<Item> = Vec::new();
+    let mut bytes = held;
     loop {
         let query = [
             ("from", from.to_string()),
@@ -119,9 +126,14 @@ async fn list(
         let page: Collection = serde_json::from_slice(&body)
             .map_err(|e| ApiFailure::Malformed(format!("a collection: {e}"), PROVIDER))?;
         let got = page.items.len();
-        for item in page.items {
-            match item.get("created_at").and_then(Value::as_i64) {
-                Some(at) if (from..to).contains(&at) => items.push(item),
+        listing::page_of(got, PAGE, PROVIDER)?;
+        for raw in page.items {
+            let item = Item::read(raw)?;
+            match item.created_at() {
+                Some(at) if (from..to).contains(&at) => {
+                    bytes += item.raw.get().len();
+                    items.push(item);
+                }
                 _ => {
                     return Err(ApiFailure::Malformed(
                         format!("an item without created_at in [{from}, {to})"),
@@ -131,17 +143,14 @@ async fn list(
             }
         }
         if got < PAGE {
-            items.sort_by_key(|item| (created_at(item), id(item).unwrap_or_default().to_owned()));
+            items.sort_by(|a, b| {
+                (a.created_at(), a.id().unwrap_or_default())
+                    .cmp(&(b.created_at(), b.id().unwrap_or_default()))
+            });
             return Ok(Some(items));
         }
-        if items.len() > SLICE_ITEMS && to - from > 1 {
+        if listing::split_at(items.len(), bytes, (from, to), PROVIDER)? {
             return Ok(None);
-        }
-        if items.len() > SLICE_ITEMS * 20 {
-            return Err(ApiFailure::Malformed(
-                format!("more than {} items in one second", SLICE_ITEMS * 20),
-                PROVIDER,
-            ));
         }
     }
 }
@@ -153,16 +162,16 @@ struct Slice<'a> {
     mode: Mode,
     summary: &'a mut Summary,
     /// The window's payments (and those fetched for its refunds), by id.
-    payments: HashMap<String, Value>,
+    payments: HashMap<String, Box<RawValue>>,
 }
 
 impl Slice<'_> {
     /// Credits each captured payment whose credit is not in the ledger.
-    async fn payments(&mut self, payments: Vec<Value>) -> anyhow::Result<()> {
-        let captured: Vec<Value> = payments
+    async fn payments(&mut self, payments: Vec<Item>) -> anyhow::Result<()> {
+        let captured: Vec<Item> = payments
             .into_iter()
             .filter(|p| {
-                let usable = id(p).is_some() && is_captured(p);
+                let usable = p.id().is_some() && p.is_captured();
                 if !usable {
                     // Failed, authorized-only, or unreadable: no credit to apply.
                     self.summary.skipped += 1;
@@ -172,36 +181,28 @@ impl Slice<'_> {
             .collect();
         let ids: Vec<String> = captured
             .iter()
-            .filter_map(|p| id(p).map(str::to_owned))
+            .filter_map(|p| p.id().map(str::to_owned))
             .collect();
         let credited = ledger::existing(self.pool, PROVIDER, EntryKind::Credit, &ids).await?;
         for payment in captured {
-            let pay_id = id(&payment).unwrap_or_default().to_owned();
-            self.payments.insert(pay_id.clone(), payment.clone());
+            let pay_id = payment.id().unwrap_or_default().to_owned();
             if credited.contains(&pay_id) {
                 self.summary.already_seen += 1;
-                continue;
+            } else {
+                self.apply(CAPTURED, &payment, None).await?;
             }
-            let created = payment.get("created_at").and_then(Value::as_i64);
-            self.apply(
-                "payment.captured",
-                &pay_id,
-                created,
-                json!({ "payment": { "entity": payment } }),
-            )
-            .await?;
+            self.payments.insert(pay_id, payment.raw);
         }
         Ok(())
     }
 
     /// Debits each processed refund not in the ledger, crediting its payment
     /// first when that was never credited (fetched when outside the window).
-    async fn refunds(&mut self, refunds: Vec<Value>) -> anyhow::Result<()> {
-        let processed: Vec<Value> = refunds
+    async fn refunds(&mut self, refunds: Vec<Item>) -> anyhow::Result<()> {
+        let processed: Vec<Item> = refunds
             .into_iter()
             .filter(|r| {
-                let usable =
-                    id(r).is_some() && r.get("status").and_then(Value::as_str) == Some("processed");
+                let usable = r.id().is_some() && r.status() == Some("processed");
                 if !usable {
                     self.summary.skipped += 1;
                 }
@@ -210,37 +211,33 @@ impl Slice<'_> {
             .collect();
         let ids: Vec<String> = processed
             .iter()
-            .filter_map(|r| id(r).map(str::to_owned))
+            .filter_map(|r| r.id().map(str::to_owned))
             .collect();
         let debited = ledger::existing(self.pool, PROVIDER, EntryKind::Refund, &ids).await?;
         for refund in processed {
-            let refund_id = id(&refund).unwrap_or_default().to_owned();
-            if debited.contains(&refund_id) {
+            if debited.contains(refund.id().unwrap_or_default()) {
                 self.summary.already_seen += 1;
                 continue;
             }
             let payment_id = refund
-                .get("payment_id")
-                .and_then(Value::as_str)
-                .filter(|p| is_identifier(p));
-            let mut payload = json!({ "refund": { "entity": refund } });
-            if let Some(payment_id) = payment_id
-                && let Some(payment) = self.payment(payment_id).await?
-            {
-                payload["payment"] = json!({ "entity": payment });
-            }
-            let created = payload
-                .pointer("/refund/entity/created_at")
-                .and_then(Value::as_i64);
-            self.apply("refund.processed", &refund_id, created, payload)
-                .await?;
+                .head
+                .payment_id
+                .as_str()
+                .filter(|p| is_identifier(p))
+                .map(str::to_owned);
+            let payment = match payment_id {
+                Some(payment_id) => self.payment(&payment_id).await?,
+                None => None,
+            };
+            self.apply(REFUNDED, &refund, payment.as_deref()).await?;
         }
         Ok(())
     }
 
     /// The payment `payment_id`, credited first if it never was: from the
-    /// window, else fetched (`GET /v1/payments/:id`).
-    async fn payment(&mut self, payment_id: &str) -> anyhow::Result<Option<Value>> {
+    /// window, else fetched (`GET /v1/payments/:id`). `None` when it was
+    /// credited before (the refund then needs only its own entity).
+    async fn payment(&mut self, payment_id: &str) -> anyhow::Result<Option<Box<RawValue>>> {
         if let Some(payment) = self.payments.get(payment_id) {
             return Ok(Some(payment.clone()));
         }
@@ -258,51 +255,40 @@ impl Slice<'_> {
             .api
             .get(&format!("/v1/payments/{payment_id}"), &[])
             .await?;
-        let payment: Value = serde_json::from_slice(&body)
+        let raw: Box<RawValue> = serde_json::from_slice(&body)
             .map_err(|e| ApiFailure::Malformed(format!("a payment: {e}"), PROVIDER))?;
-        if id(&payment) != Some(payment_id) {
+        let payment = Item::read(raw)?;
+        if payment.id() != Some(payment_id) {
             anyhow::bail!(ApiFailure::Malformed(
                 "another payment than asked for".into(),
                 PROVIDER
             ));
         }
-        self.payments.insert(payment_id.to_owned(), payment.clone());
-        if is_captured(&payment) {
+        if payment.is_captured() {
             self.summary.listed += 1;
-            let created = payment.get("created_at").and_then(Value::as_i64);
-            self.apply(
-                "payment.captured",
-                payment_id,
-                created,
-                json!({ "payment": { "entity": payment } }),
-            )
-            .await?;
+            self.apply(CAPTURED, &payment, None).await?;
         }
-        Ok(Some(payment))
+        self.payments
+            .insert(payment_id.to_owned(), payment.raw.clone());
+        Ok(Some(payment.raw))
     }
 
-    /// Applies (or counts) one synthetic event, created when its entity was.
+    /// Applies (or counts) the synthetic `event` of `item`, created when
+    /// it was: a payment's [`CAPTURED`], or a refund's [`REFUNDED`] with
+    /// its `payment` when given.
     async fn apply(
         &mut self,
-        event: &str,
-        entity_id: &str,
-        created: Option<i64>,
-        payload: Value,
+        event: &'static str,
+        item: &Item,
+        payment: Option<&RawValue>,
     ) -> anyhow::Result<()> {
         if self.mode == Mode::DryRun {
             self.summary.recovered += 1;
             return Ok(());
         }
-        let contains: Vec<&String> = payload
-            .as_object()
-            .map(|p| p.keys().collect())
-            .unwrap_or_default();
-        let body = json!({
-            "entity": "event", "event": event, "contains": contains,
-            "payload": payload, "created_at": created,
-        });
-        let event_id = format!("sweep:{event}:{entity_id}");
-        let event = match listed_event(&Bytes::from(body.to_string()), &event_id) {
+        let body = items::envelope(event, item, payment)?;
+        let event_id = format!("{SWEEP_ID_PREFIX}{event}:{}", item.id().unwrap_or_default());
+        let event = match listed_event(&Bytes::from(body), &event_id) {
             Ok(event) => event,
             Err(refusal) => {
                 tracing::warn!(%refusal, "Razorpay listed an entity webhookd cannot read; skipped");
@@ -310,31 +296,8 @@ impl Slice<'_> {
                 return Ok(());
             }
         };
-        match super::apply_one(self.pool, &event).await? {
-            Outcome::Processed | Outcome::Deferred => self.summary.recovered += 1,
-            Outcome::Duplicate | Outcome::Ignored => self.summary.already_seen += 1,
-            Outcome::Rejected | Outcome::Superseded => self.summary.skipped += 1,
-        }
+        let outcome = super::apply_one(self.pool, &event).await?;
+        self.summary.count(outcome);
         Ok(())
     }
-}
-
-fn id(item: &Value) -> Option<&str> {
-    item.get("id")
-        .and_then(Value::as_str)
-        .filter(|id| is_identifier(id))
-}
-
-fn created_at(item: &Value) -> i64 {
-    item.get("created_at")
-        .and_then(Value::as_i64)
-        .unwrap_or_default()
-}
-
-/// Captured, and possibly refunded since.
-fn is_captured(payment: &Value) -> bool {
-    matches!(
-        payment.get("status").and_then(Value::as_str),
-        Some("captured" | "refunded")
-    )
 }

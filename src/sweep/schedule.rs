@@ -19,6 +19,7 @@ use super::paypal::Paypal;
 use super::stripe::Stripe;
 use super::{Checkpoint, Mode, Summary, store};
 use crate::clock::Clock;
+use crate::providers::Scope;
 use crate::{ingest, telemetry};
 
 /// How long a run holds the provider before another process may take it
@@ -38,6 +39,8 @@ pub struct Counters {
     pub runs_ok: AtomicU64,
     pub runs_failed: AtomicU64,
     pub recovered: AtomicU64,
+    pub ignored: AtomicU64,
+    pub deferred: AtomicU64,
     pub already_seen: AtomicU64,
     pub skipped: AtomicU64,
 }
@@ -48,11 +51,13 @@ pub struct SweepStats {
     pub providers: Vec<(&'static str, Counters)>,
 }
 
-/// One provider to sweep: its API and how far back to reach.
+/// One provider to sweep: its API, how far back to reach, and the events
+/// its source takes (the others are skipped).
 pub struct Target {
     pub provider: &'static str,
     pub api: Api,
     pub window: Duration,
+    pub scope: Scope,
 }
 
 /// Sweeps each target every `interval`.
@@ -186,16 +191,16 @@ impl Sweeper {
             );
         }
         let window = window(provider, lease, now, window_start);
-        let (api, pool) = (&mut target.api, &self.pool);
+        let (api, pool, scope) = (&mut target.api, &self.pool, &target.scope);
         let checkpoint = Some(&checkpoint);
         match provider {
             crate::providers::razorpay::PROVIDER => {
                 super::razorpay::sweep(api, pool, Mode::Apply, window, checkpoint).await
             }
             crate::providers::paypal::PROVIDER => {
-                listing::sweep::<Paypal>(api, pool, Mode::Apply, window, checkpoint).await
+                listing::sweep::<Paypal>(api, pool, Mode::Apply, scope, window, checkpoint).await
             }
-            _ => listing::sweep::<Stripe>(api, pool, Mode::Apply, window, checkpoint).await,
+            _ => listing::sweep::<Stripe>(api, pool, Mode::Apply, scope, window, checkpoint).await,
         }
     }
 }
@@ -230,15 +235,15 @@ fn count(
     match swept {
         Ok(summary) => {
             counters.runs_ok.fetch_add(1, Ordering::Relaxed);
-            counters
-                .recovered
-                .fetch_add(summary.recovered, Ordering::Relaxed);
-            counters
-                .already_seen
-                .fetch_add(summary.already_seen, Ordering::Relaxed);
-            counters
-                .skipped
-                .fetch_add(summary.skipped, Ordering::Relaxed);
+            for (counter, count) in [
+                (&counters.recovered, summary.recovered),
+                (&counters.ignored, summary.ignored),
+                (&counters.deferred, summary.deferred),
+                (&counters.already_seen, summary.already_seen),
+                (&counters.skipped, summary.skipped),
+            ] {
+                counter.fetch_add(count, Ordering::Relaxed);
+            }
             (true, json!(summary))
         }
         Err(error) => {

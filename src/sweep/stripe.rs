@@ -23,6 +23,9 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(72 * 3600);
 pub const UNAUTHORIZED_HINT: &str =
     "check STRIPE_API_KEY (a restricted key needs read access to Events)";
 
+/// Events a page is asked for (Stripe's most).
+const PAGE: usize = 100;
+
 #[derive(Deserialize)]
 struct Page {
     data: Vec<Box<RawValue>>,
@@ -56,7 +59,7 @@ impl EventsApi for Stripe {
             query.extend([
                 ("created[gte]", from.to_string()),
                 ("created[lt]", to.to_string()),
-                ("limit", "100".to_owned()),
+                ("limit", PAGE.to_string()),
             ]);
             if let Some(after) = &after {
                 query.push(("starting_after", after.clone()));
@@ -65,6 +68,7 @@ impl EventsApi for Stripe {
             summary.pages += 1;
             let page: Page = serde_json::from_slice(&body)
                 .map_err(|e| ApiFailure::Malformed(format!("a list page: {e}"), PROVIDER))?;
+            listing::page_of(page.data.len(), PAGE, PROVIDER)?;
             for raw in page.data {
                 let head: Head = serde_json::from_str(raw.get())
                     .map_err(|e| ApiFailure::Malformed(format!("an event: {e}"), PROVIDER))?;
@@ -92,7 +96,7 @@ impl EventsApi for Stripe {
                     PROVIDER,
                 ));
             }
-            if listing::split(listed.len(), (from, to), PROVIDER)? {
+            if listing::split(&listed, (from, to), PROVIDER)? {
                 return Ok(None);
             }
             after = last;

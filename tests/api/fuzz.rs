@@ -19,7 +19,7 @@ use webhookd::providers::razorpay::RazorpayVerifier;
 use webhookd::providers::shopify::ShopifyVerifier;
 use webhookd::providers::standard::StandardVerifier;
 use webhookd::providers::stripe::StripeVerifier;
-use webhookd::providers::{self, Verify};
+use webhookd::providers::{self, Scope, Verify};
 use webhookd::secrets::Secrets;
 
 fn cases() -> u32 {
@@ -37,7 +37,7 @@ fn verifiers() -> Vec<(Box<dyn Verify>, &'static [&'static str])> {
     let standard = Secrets::new(["whsec_ZnV6ei1zdGFuZGFyZC1rZXk="]);
     vec![
         (
-            Box::new(StripeVerifier::new(&secrets, 300).unwrap()),
+            Box::new(StripeVerifier::new(&secrets, 300, Scope::ANY).unwrap()),
             &["stripe-signature"],
         ),
         (

@@ -241,6 +241,7 @@ async fn replaying_an_applied_event_changes_nothing(pool: PgPool) {
         let replay = EventsCommand::Replay {
             provider: "stripe".into(),
             event_id: event_id.into(),
+            stripe: Box::default(),
         };
         let mut out = Vec::new();
         cli::events::run(&pool, &replay, &mut out).await.unwrap();
@@ -254,6 +255,7 @@ async fn replaying_an_applied_event_changes_nothing(pool: PgPool) {
     let missing = EventsCommand::Replay {
         provider: "stripe".into(),
         event_id: "evt_nope".into(),
+        stripe: Box::default(),
     };
     assert!(
         cli::events::run(&pool, &missing, &mut Vec::new())
@@ -284,6 +286,7 @@ async fn replaying_a_deferred_refund_after_its_credit_applies_it_once(pool: PgPo
     let replay = EventsCommand::Replay {
         provider: "stripe".into(),
         event_id: "evt_refund".into(),
+        stripe: Box::default(),
     };
     let mut out = Vec::new();
     cli::events::run(&pool, &replay, &mut out).await.unwrap();

@@ -21,7 +21,7 @@ const WEBHOOK_ID: &str = "8PT597110X687430LKGECATA";
 const OTHER_WEBHOOK_ID: &str = "1HE90801975891415";
 const LIVE_URL: &str =
     "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1a5f47cb";
-const LIVE_ID: &str = "CERT-360caa42-fca2a594-1a5f47cb";
+pub const LIVE_ID: &str = "CERT-360caa42-fca2a594-1a5f47cb";
 
 /// A capture of `amount` USD for `user`, as PayPal sends it.
 pub fn capture_completed(event_id: &str, capture_id: &str, user: &str, amount: &str) -> String {
@@ -850,6 +850,7 @@ async fn a_replay_keeps_the_transmission_time_of_an_event_without_one(pool: PgPo
     let replay = webhookd::cli::events::EventsCommand::Replay {
         provider: "paypal".into(),
         event_id: "WH-NO-TIME".into(),
+        stripe: Box::default(),
     };
     let mut out = Vec::new();
     webhookd::cli::events::run(&pool, &replay, &mut out)

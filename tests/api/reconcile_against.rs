@@ -25,6 +25,7 @@ fn args(stripe_base: &str, razorpay_base: &str) -> ReconcileArgs {
             stripe_api_key: Some(STRIPE_KEY.into()),
             stripe_api_base: stripe_base.to_owned(),
             rate: 100,
+            scope: Default::default(),
         },
         razorpay: RazorpayApiArgs {
             razorpay_key_id: Some(RZP.0.to_owned()),

@@ -10,7 +10,7 @@ use webhookd::clock::Clock;
 use webhookd::providers::stripe::{
     SIGNATURE_HEADER, StripeVerifier, parse_header, signature_header,
 };
-use webhookd::providers::{SignatureError, Verify};
+use webhookd::providers::{Scope, SignatureError, Verify};
 use webhookd::secrets::Secrets;
 
 use crate::helpers::{
@@ -304,7 +304,7 @@ async fn a_body_over_the_limit_is_refused_with_413(pool: PgPool) {
 const T: i64 = 1_800_000_000;
 
 fn verifier() -> StripeVerifier {
-    StripeVerifier::new(&Secrets::new([SECRET]), 300).unwrap()
+    StripeVerifier::new(&Secrets::new([SECRET]), 300, Scope::ANY).unwrap()
 }
 
 fn headers(value: &[u8]) -> Option<HeaderMap> {

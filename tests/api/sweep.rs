@@ -36,6 +36,7 @@ fn api_args(fake: &FakeStripe, key: &str) -> StripeApiArgs {
         stripe_api_key: Some(key.into()),
         stripe_api_base: fake.base_url(),
         rate: 100,
+        scope: Default::default(),
     }
 }
 
@@ -324,6 +325,7 @@ async fn a_sweep_stopped_half_way_and_run_again_applies_each_event_once(pool: Pg
                     stripe_api_key: Some(KEY.into()),
                     stripe_api_base: base,
                     rate: 100,
+                    scope: Default::default(),
                 },
             });
             webhookd::cli::sweep::sweep(&pool, &command, &Clock::System, &mut Vec::new()).await
@@ -461,6 +463,7 @@ fn sweeper(app: &TestApp, fake: &FakeStripe) -> Sweeper {
         provider: "stripe",
         api,
         window: std::time::Duration::from_secs(72 * 3600),
+        scope: webhookd::providers::Scope::ANY,
     };
     Sweeper::new(
         app.pool.clone(),

@@ -107,11 +107,11 @@ async fn a_razorpay_sweep_credits_and_debits_what_was_never_delivered_and_nothin
     assert_eq!(app.balance("user_1", "INR").await, Some(5000 + 3000 - 1000));
     assert_eq!(app.balance("user_2", "INR").await, Some(0));
     let (outcome, _) = app
-        .event_of("razorpay", "sweep:payment.captured:pay_2")
+        .event_of("razorpay", "webhookd:sweep:payment.captured:pay_2")
         .await;
     assert_eq!(outcome, "processed");
     let (outcome, _) = app
-        .event_of("razorpay", "sweep:payment.captured:pay_4")
+        .event_of("razorpay", "webhookd:sweep:payment.captured:pay_4")
         .await;
     assert_eq!(outcome, "rejected", "no owner");
     assert!(
@@ -203,6 +203,7 @@ fn sweeper(app: &TestApp, fake: &FakeRazorpay) -> webhookd::sweep::schedule::Swe
         provider: "razorpay",
         api: Api::new("razorpay", &fake.base_url(), &auth, 100, "check it").unwrap(),
         window: std::time::Duration::from_secs(24 * 3600),
+        scope: webhookd::providers::Scope::ANY,
     };
     webhookd::sweep::schedule::Sweeper::new(
         app.pool.clone(),
@@ -275,6 +276,7 @@ async fn after_an_import_no_razorpay_sweep_credits_what_the_earlier_handler_appl
             stripe_api_key: None,
             stripe_api_base: "https://api.stripe.com".into(),
             rate: 20,
+            scope: Default::default(),
         },
         paypal: crate::sweep_paypal::unset(),
     };

@@ -14,7 +14,7 @@ use webhookd::clock::Clock;
 use webhookd::providers::stripe::signature_header;
 
 use crate::helpers::{
-    SECRET, TestApp, charge, event_of_type, now, payment_intent_succeeded, spawn_app,
+    OLD_SECRET, SECRET, TestApp, charge, event_of_type, now, payment_intent_succeeded, spawn_app,
     spawn_app_with, subscription,
 };
 
@@ -270,4 +270,30 @@ async fn a_worker_process_serves_health_and_metrics_but_no_webhooks(pool: PgPool
     assert_eq!(readyz(&app).await, StatusCode::OK);
     assert!(scrape(&app).await.contains_key("webhookd_outbox_depth"));
     app.assert_nothing_written().await;
+}
+
+#[sqlx::test]
+async fn which_secret_of_a_rotation_signed_is_counted_so_an_old_one_can_be_known_unused(
+    pool: PgPool,
+) {
+    let app = spawn_app(pool).await;
+    for (i, secret) in [SECRET, OLD_SECRET, SECRET].iter().enumerate() {
+        let body = payment_intent_succeeded(&format!("evt_rot{i}"), &format!("pi_rot{i}"), "u", 1);
+        let header = signature_header(secret, now(), body.as_bytes());
+        let answer = app.post_stripe_with(body.into_bytes(), Some(&header)).await;
+        assert_eq!(answer.status(), StatusCode::OK);
+    }
+    let refused = app
+        .post_stripe_with(b"{}".to_vec(), Some("t=1,v1=00"))
+        .await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let metrics = scrape(&app).await;
+    let matched = |index: &str| {
+        metrics
+            .get(&format!(
+                "webhookd_signature_secret_matched_total{{provider=\"stripe\",secret_index=\"{index}\"}}"
+            ))
+            .copied()
+    };
+    assert_eq!((matched("0"), matched("1")), (Some(2.0), Some(1.0)));
 }

@@ -160,7 +160,14 @@ pub async fn replay(
         query_value(&provider),
         query_value(&event_id)
     );
-    match ingest::replay_stored(&console.app.pool, &provider, &event_id).await {
+    match ingest::replay_stored(
+        &console.app.pool,
+        console.app.providers.scope(&provider),
+        &provider,
+        &event_id,
+    )
+    .await
+    {
         Ok(Ok(done)) => {
             let outcome = done.replayed.applied.outcome.as_str();
             tracing::info!(

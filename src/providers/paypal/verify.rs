@@ -12,8 +12,8 @@ use http::HeaderMap;
 use super::certs::{CertRef, CertSettings, Env, Store};
 use super::{crc32, header, message, parse_event, parse_time};
 use crate::providers::{
-    SignatureError, VerifiedEvent, Verify, check_tolerance, is_identifier, required_header,
-    verified,
+    SignatureError, VerifiedEvent, Verify, check_tolerance, delivered_id, is_identifier,
+    required_header, verified,
 };
 
 /// The only algorithm PayPal signs with.
@@ -192,15 +192,17 @@ impl Verify for PaypalVerifier {
         // Every id is tried, whichever matches, as the HMAC schemes try
         // every secret.
         let crc = crc32(body);
-        let mut matched = false;
-        for webhook_id in &self.webhook_ids {
+        let mut matched = None;
+        for (index, webhook_id) in self.webhook_ids.iter().enumerate() {
             let message = message(transmission.id, transmission.time, webhook_id, crc);
-            matched |= cert.verifies(message.as_bytes(), &transmission.signature);
+            if cert.verifies(message.as_bytes(), &transmission.signature) {
+                matched = matched.or(Some(index));
+            }
         }
-        if !matched {
-            return Err(SignatureError::Mismatch);
-        }
-        parse_event(body, Some(transmission.unix)).map(verified)
+        let webhook_id = matched.ok_or(SignatureError::Mismatch)?;
+        let event = parse_event(body, Some(transmission.unix))?;
+        delivered_id(event.event_id())?;
+        Ok(verified(event, webhook_id))
     }
 }
 

@@ -58,6 +58,10 @@ pub enum ApiFailure {
     },
     #[error("{provider} sent a body that is not what its API documents: {0}", provider = .1)]
     Malformed(String, &'static str),
+    /// More than a sweep holds in memory at once, even split as far as it
+    /// goes: sweep a shorter window (`--since`), or a smaller one.
+    #[error("{provider} listed more than a sweep holds at once: {0}; refused", provider = .1)]
+    Oversized(String, &'static str),
 }
 
 /// How a request authenticates.

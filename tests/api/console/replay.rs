@@ -107,6 +107,7 @@ async fn a_console_replay_changes_the_stored_outcome_only_when_the_cli_would(poo
     let command = EventsCommand::Replay {
         provider: "stripe".into(),
         event_id: "evt_refund_cli".into(),
+        stripe: Box::default(),
     };
     cli::events::run(&app.pool, &command, &mut out)
         .await
