@@ -166,6 +166,54 @@ async fn a_sweep_applies_what_was_never_delivered_and_a_later_webhook_is_a_dupli
 }
 
 #[sqlx::test]
+async fn only_what_applied_an_effect_counts_as_recovered(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    let t = now() - 3600;
+    let credited = event(
+        "evt_c1",
+        "payment_intent.succeeded",
+        t,
+        intent("pi_c1", "user_1", 1000),
+    );
+    app.deliver(&webhook(&credited), "processed").await;
+    // Never delivered, but their effects are another event's (the credit
+    // of the intent each charge paid) or older than the stored state.
+    let mut charge = refunded_charge("ch_c1", "pi_c1", 1000, 0);
+    charge["status"] = "succeeded".into();
+    let fake = FakeStripe::start(
+        KEY,
+        vec![
+            credited,
+            event("evt_c2", "charge.succeeded", t + 1, charge),
+            event(
+                "evt_c3",
+                "payment_intent.succeeded",
+                t + 2,
+                intent("pi_c1", "user_1", 1000),
+            ),
+            event(
+                "evt_c4",
+                "payment_intent.succeeded",
+                t + 3,
+                intent("pi_c4", "user_1", 50),
+            ),
+        ],
+    )
+    .await;
+    let summary = sweep(&app, &fake, false).await.unwrap();
+    assert_eq!(
+        (
+            &summary["recovered"],
+            &summary["ignored"],
+            &summary["already_seen"]
+        ),
+        (&json!(1), &json!(2), &json!(1)),
+        "{summary}"
+    );
+    assert_eq!(app.balance("user_1", "USD").await, Some(1050));
+}
+
+#[sqlx::test]
 async fn a_dry_run_counts_and_writes_nothing(pool: PgPool) {
     let app = spawn_app(pool).await;
     let t = now() - 60;
