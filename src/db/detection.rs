@@ -3,10 +3,18 @@
 //! are not sessions: a statement prepared on one server connection is
 //! looked for on another (SQLSTATE 26000) or prepared again where another
 //! client's statement holds its name (42P05), and every transaction risks
-//! failing. It is found at start-up by a probe ([`require_sessions`]).
+//! failing. It is found at start-up by a probe ([`require_sessions`]), and
+//! at run time by the first such error ([`notice`]), after which the
+//! process stays not ready until it is restarted ([`found`]): the cause is
+//! the configuration, which no retry changes.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Row};
+
+use super::failure::statement_of_another_session;
 
 /// What to do about it, in one line.
 pub const FIX: &str = "set WEBHOOKD_DB_POOLER=transaction (and WEBHOOKD_DIRECT_DATABASE_URL \
@@ -66,13 +74,14 @@ pub async fn require_sessions(connect: &PgConnectOptions) -> anyhow::Result<()> 
 /// once it has read as often as sessions are idle, and otherwise the
 /// first's next read gets another session, unless exactly one more is idle
 /// than the second read since (two after its one read, three after its
-/// two: never both). Other clients of the pooler lending
-/// sessions at the same moment can hide it.
+/// two: never both). Other clients of the pooler lending sessions at the
+/// same moment can hide it; the run-time check ([`notice`]) is the second
+/// line.
 ///
 /// The reads run outside any transaction, the one exception to the rule
-/// that every statement runs inside one (`db::begin_with`): inside
-/// one, the pooler would keep the session for the whole transaction and
-/// show nothing. That is safe here. Each read is one simple-protocol round
+/// that every statement runs inside one (`db::begin_with`): inside one,
+/// the pooler would keep the session for the whole transaction and show
+/// nothing. That is safe here. Each read is one simple-protocol round
 /// trip (no prepared statement, nothing left on the session) that changes
 /// nothing, and with `WEBHOOKD_DB_POOLER` unset the connection is meant to
 /// be a session, where a statement outside a transaction is fine.
@@ -123,9 +132,99 @@ async fn backend(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
         .try_get(0)
 }
 
+/// The run-time check of this process (`serve` arms it, [`watch`]).
+static WATCH: Watch = Watch::new();
+
+/// From now on, the first error that only a transaction pooler causes
+/// ([`notice`]) makes this process not ready for good. `serve` calls it
+/// once the probe found sessions, with `WEBHOOKD_DB_POOLER` unset.
+pub fn watch() {
+    WATCH.arm();
+}
+
+/// Looks at a database error: the first 26000 or 42P05 once [`watch`] was
+/// called is logged, once, with the fix, and [`found`] says so from then on.
+pub fn notice(error: &sqlx::Error) {
+    WATCH.notice(error);
+}
+
+/// Why this process is not ready, once [`notice`] saw a transaction pooler.
+pub fn found() -> Option<&'static str> {
+    WATCH.found()
+}
+
+/// An armed-or-not latch: a value of its own for each test.
+struct Watch {
+    armed: AtomicBool,
+    found: OnceLock<String>,
+}
+
+impl Watch {
+    const fn new() -> Self {
+        Watch {
+            armed: AtomicBool::new(false),
+            found: OnceLock::new(),
+        }
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, Ordering::Relaxed);
+    }
+
+    fn notice(&self, error: &sqlx::Error) {
+        if !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(sqlstate) = statement_of_another_session(error) else {
+            return;
+        };
+        let what = if sqlstate == "26000" {
+            "a prepared statement missing from its server session"
+        } else {
+            "a prepared statement already in its server session"
+        };
+        let reason = format!(
+            "DATABASE_URL reaches Postgres through a transaction pooler (SQLSTATE {sqlstate}, \
+             {what}), though WEBHOOKD_DB_POOLER is none: {FIX}"
+        );
+        if self.found.set(reason).is_ok() {
+            tracing::error!(
+                sqlstate,
+                "{}; not ready until restarted",
+                self.found().unwrap_or_default()
+            );
+        }
+    }
+
+    fn found(&self) -> Option<&str> {
+        self.found.get().map(String::as_str)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::failure::refused as lost;
     use super::*;
+
+    #[test]
+    fn the_first_lost_statement_after_watch_says_the_fix_and_stays() {
+        let watch = Watch::new();
+        // Not armed (a command, or a pool in transaction mode): nothing.
+        watch.notice(&lost("26000"));
+        assert_eq!(watch.found(), None);
+        watch.arm();
+        watch.notice(&sqlx::Error::PoolTimedOut);
+        watch.notice(&lost("40001"));
+        assert_eq!(watch.found(), None, "other errors say nothing of a pooler");
+        watch.notice(&lost("42P05"));
+        let found = watch.found().expect("42P05 is a pooler's").to_owned();
+        assert!(found.contains("SQLSTATE 42P05"), "{found}");
+        assert!(found.contains(FIX), "{found}");
+        assert!(!found.contains('\n'), "one line: {found}");
+        // The first reason stays: later errors change nothing.
+        watch.notice(&lost("26000"));
+        assert_eq!(watch.found(), Some(found.as_str()));
+    }
 
     #[test]
     fn the_evidence_names_server_sessions_only() {

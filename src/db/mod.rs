@@ -15,7 +15,7 @@ use secrecy::{ExposeSecret, SecretString};
 pub mod detection;
 mod failure;
 
-pub use failure::{Failure, Poison, classify, is_connection_failure};
+pub use failure::{Failure, Poison, classify, is_connection_failure, statement_of_another_session};
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");

@@ -217,6 +217,9 @@ pub async fn serve(
     // Before migrating: sqlx migrates under a session lock, which a
     // transaction pooler would leave on a server connection.
     require_sessions(database, &pool).await?;
+    if database.db_pooler == config::DbPooler::None {
+        db::detection::watch();
+    }
     if db::session_options(&options)?.is_some() {
         migrate(database)
             .await

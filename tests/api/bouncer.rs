@@ -130,6 +130,22 @@ impl Bouncer {
         self.url(pool).parse().unwrap()
     }
 
+    /// Rewrites the configuration with `mode` and has PgBouncer read it
+    /// again (`RELOAD` on its admin console, which answers once it has):
+    /// the mode applies to the clients already connected too.
+    pub async fn switch_to(&mut self, mode: Mode) {
+        self.config.write(mode);
+        let admin = PgConnectOptions::new()
+            .host("127.0.0.1")
+            .port(self.config.port)
+            .username(&self.config.server.2)
+            .database("pgbouncer")
+            .extra_float_digits(None);
+        let mut console = PgConnection::connect_with(&admin).await.unwrap();
+        sqlx::raw_sql("reload").execute(&mut console).await.unwrap();
+        console.close().await.unwrap();
+    }
+
     /// Waits (bounded) until a client gets through to the server.
     async fn until_accepting(&mut self, pool: &PgPool) {
         let connect = self.connect_options(pool);
@@ -168,6 +184,7 @@ impl Config {
              unix_socket_dir =\n\
              auth_type = trust\n\
              auth_file = {dir}/users.txt\n\
+             admin_users = {user}\n\
              pool_mode = {pool_mode}\n\
              server_round_robin = {round_robin}\n\
              ignore_startup_parameters = extra_float_digits,options\n\

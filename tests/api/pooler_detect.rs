@@ -1,7 +1,9 @@
 //! A transaction pooler behind `DATABASE_URL` while `WEBHOOKD_DB_POOLER` is
 //! left unset (`none`), on a PgBouncer that accepts the startup parameters
 //! webhookd then sends (`bouncer`): the real binary refuses to start
-//! through one, and starts through a session pooler and on Postgres itself.
+//! through one, starts through a session pooler and on Postgres itself, and
+//! turns not ready, with the fix, when its pooler switches to transaction
+//! mode under it.
 
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -99,6 +101,83 @@ async fn serve_starts_through_a_session_pooler_and_on_postgres_itself(pool: PgPo
         assert!(!logs.contains("transaction pooler"), "{logs}");
         let (status, said) = run(&["outbox", "list"], url).await;
         assert!(status.is_some_and(|s| s.success()), "{said}");
+    }
+}
+
+#[sqlx::test]
+async fn a_pooler_turned_to_transaction_mode_under_serve_makes_it_not_ready_with_the_fix(
+    pool: PgPool,
+) {
+    let Some(mut bouncer) = Bouncer::start(&pool, Mode::Session, Order::RoundRobin).await else {
+        return;
+    };
+    let server = Server::start_with(&bouncer.url(&pool), &[]).await;
+    let body = payment_intent_succeeded("evt_before", "pi_before", "user_switch", 100);
+    assert_eq!(server.post(body).await.unwrap().status(), StatusCode::OK);
+    // Two sessions at least (ingest, the drainer, /readyz), each with the
+    // statements it prepared, for transactions to move between.
+    until_sessions(&pool, 2).await;
+    bouncer.switch_to(Mode::Transaction).await;
+
+    let readyz = format!("{}/readyz", server.base);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut answers = Vec::new();
+    let reason = loop {
+        let n = answers.len();
+        let body = payment_intent_succeeded(&format!("evt_{n}"), &format!("pi_{n}"), "u", 1);
+        answers.push(server.post(body).await.unwrap().status());
+        let ready = server.client.get(&readyz).send().await.unwrap();
+        let body: serde_json::Value = ready.json().await.unwrap();
+        // Until then, other errors of the pooler's make it 503 at times
+        // ("database unavailable"), as they would without the check.
+        let reason = body["reason"].as_str().unwrap_or_default();
+        if reason.contains("transaction pooler") {
+            break reason.to_owned();
+        }
+        assert!(Instant::now() < deadline, "not seen after {n} webhooks");
+    };
+    assert!(
+        reason.starts_with(REFUSAL) && reason.ends_with(FIX),
+        "{reason}"
+    );
+    assert!(reason.contains("SQLSTATE 26000") || reason.contains("SQLSTATE 42P05"));
+    // Not ready for good, however the database answers now; webhooks are
+    // still answered, never with a 500.
+    for n in 0..5 {
+        let body = payment_intent_succeeded(&format!("evt_after_{n}"), "pi_after", "u", 1);
+        answers.push(server.post(body).await.unwrap().status());
+        let ready = server.client.get(&readyz).send().await.unwrap();
+        assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert!(
+        answers
+            .iter()
+            .all(|s| *s == StatusCode::OK || *s == StatusCode::SERVICE_UNAVAILABLE),
+        "{answers:?}"
+    );
+    server.signal("-TERM");
+    let (_, logs) = server.wait().await;
+    let said = logs.lines().filter(|l| l.contains(REFUSAL)).count();
+    assert_eq!(said, 1, "logged once: {logs}");
+    assert!(!logs.contains("pooler_password_that_must_not_leak"));
+}
+
+/// Waits (bounded) until webhookd holds `n` sessions of the test database.
+async fn until_sessions(pool: &PgPool, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let sessions: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where datname = current_database() and application_name = 'webhookd'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if sessions >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{sessions} sessions, not {n}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
