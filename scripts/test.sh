@@ -7,8 +7,12 @@ cd "$(dirname "$0")/.."
 
 require_cargo
 require_browser
-# The whole suite runs part of itself through PgBouncer too.
-if [ "$#" -eq 0 ]; then require_pgbouncer; fi
+# The whole suite runs part of itself through PgBouncer too, and the tests
+# that start a PgBouncer of their own fail, rather than skip, without it.
+if [ "$#" -eq 0 ]; then
+    require_pgbouncer
+    export WEBHOOKD_POOLER_TESTS=required
+fi
 # The console's browser test fails, rather than skips, without Chromium.
 export WEBHOOKD_BROWSER_TESTS=required
 export SQLX_OFFLINE=true   # queries are checked against the committed .sqlx data

@@ -70,6 +70,8 @@ async fn serve(settings: ServeSettings, database: &DatabaseSettings) -> anyhow::
 }
 
 async fn migrate(database: &DatabaseSettings) -> anyhow::Result<()> {
+    let pool = startup::pool(database)?;
+    startup::require_sessions(database, &pool).await?;
     startup::migrate(database)
         .await
         .context("migrations failed")?;
@@ -123,12 +125,14 @@ async fn reconcile(
     Ok(())
 }
 
-/// Runs `command` with a pool of its own, closed after it.
+/// Runs `command` with a pool of its own, closed after it, once the pool
+/// is known to be what `WEBHOOKD_DB_POOLER` says ([`startup::require_sessions`]).
 async fn with_pool<T>(
     database: &DatabaseSettings,
     command: impl AsyncFnOnce(&PgPool) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let pool = startup::pool(database)?;
+    startup::require_sessions(database, &pool).await?;
     let result = command(&pool).await;
     pool.close().await;
     result

@@ -111,6 +111,26 @@ pub fn is_connection_failure(error: &sqlx::Error) -> bool {
     }
 }
 
+/// The SQLSTATE of `error` when it is one that only a transaction pooler
+/// causes on a connection that caches statements (`WEBHOOKD_DB_POOLER`
+/// unset): a named statement looked for on a server session that never
+/// prepared it (26000, invalid_sql_statement_name), or prepared on one that
+/// holds another client's statement of that name (42P05,
+/// duplicate_prepared_statement). Directly on Postgres, or through a
+/// session pooler, a connection is one session for as long as it lasts and
+/// neither can happen. Still [`Failure::Transient`]: the next try may get
+/// another server connection.
+pub fn statement_of_another_session(error: &sqlx::Error) -> Option<&'static str> {
+    match error {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            Some("26000") => Some("26000"),
+            Some("42P05") => Some("42P05"),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Connection exceptions, insufficient resources, a server shutting down or
 /// starting up, and a session the server ended for idling (in a
 /// transaction, 25P03, or at all, 57P05): a transaction begun by a request
@@ -137,10 +157,45 @@ fn is_transient_sqlstate(code: &str) -> bool {
                 // A named statement looked for on, or prepared twice on, a
                 // server connection a transaction pooler handed over: only
                 // when WEBHOOKD_DB_POOLER is not set to `transaction`
-                // behind one. The next try may get another connection.
+                // behind one ([`statement_of_another_session`]). The next
+                // try may get another connection.
                 | "26000" // invalid_sql_statement_name
                 | "42P05" // duplicate_prepared_statement
         )
+}
+
+/// A database error with `code`, as the server would send it (for tests).
+#[cfg(test)]
+pub(super) fn refused(code: &'static str) -> sqlx::Error {
+    #[derive(Debug)]
+    struct Refused(&'static str);
+    impl std::fmt::Display for Refused {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "SQLSTATE {}", self.0)
+        }
+    }
+    impl std::error::Error for Refused {}
+    impl sqlx::error::DatabaseError for Refused {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.0.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+    sqlx::Error::Database(Box::new(Refused(code)))
 }
 
 #[cfg(test)]
@@ -173,6 +228,28 @@ mod tests {
         assert!(is_connection_failure(&refused("08P01")));
         assert!(is_connection_failure(&refused("25P03")));
         assert!(!is_connection_failure(&refused("26000")));
+    }
+
+    #[test]
+    fn only_a_statement_missing_from_or_already_in_its_session_says_transaction_pooler() {
+        assert_eq!(
+            statement_of_another_session(&refused("26000")),
+            Some("26000")
+        );
+        assert_eq!(
+            statement_of_another_session(&refused("42P05")),
+            Some("42P05")
+        );
+        // What a pooler or an outage says otherwise, and our own bugs.
+        for code in [
+            "08P01", "57P01", "53300", "42P01", "42601", "23505", "34000",
+        ] {
+            assert_eq!(statement_of_another_session(&refused(code)), None, "{code}");
+        }
+        assert_eq!(
+            statement_of_another_session(&sqlx::Error::PoolTimedOut),
+            None
+        );
     }
 
     #[test]
@@ -211,39 +288,6 @@ mod tests {
         assert!(is_connection_failure(&refused("08006")));
         assert_eq!(classify(&refused("22003")), Failure::Poison);
         assert_eq!(classify(&refused("42P01")), Failure::Permanent);
-    }
-
-    /// A database error with `code`, as the server would send it.
-    fn refused(code: &'static str) -> sqlx::Error {
-        #[derive(Debug)]
-        struct Refused(&'static str);
-        impl std::fmt::Display for Refused {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "SQLSTATE {}", self.0)
-            }
-        }
-        impl std::error::Error for Refused {}
-        impl sqlx::error::DatabaseError for Refused {
-            fn message(&self) -> &str {
-                "refused"
-            }
-            fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
-                Some(self.0.into())
-            }
-            fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-                self
-            }
-            fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-                self
-            }
-            fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-                self
-            }
-            fn kind(&self) -> sqlx::error::ErrorKind {
-                sqlx::error::ErrorKind::Other
-            }
-        }
-        sqlx::Error::Database(Box::new(Refused(code)))
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The connection pool and how transactions begin on it, the session for
-//! what needs one, embedded migrations, and (`failure`) the one place where
-//! database errors are classified (by SQLSTATE, never by message text).
+//! what needs one, embedded migrations, (`failure`) the one place where
+//! database errors are classified (by SQLSTATE, never by message text), and
+//! (`detection`) a transaction pooler found where none is configured.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -11,9 +12,10 @@ use sqlx::{Connection, Postgres, Transaction};
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub mod detection;
 mod failure;
 
-pub use failure::{Failure, Poison, classify, is_connection_failure};
+pub use failure::{Failure, Poison, classify, is_connection_failure, statement_of_another_session};
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -129,7 +131,9 @@ static LOCAL_SETTINGS: OnceLock<String> = OnceLock::new();
 /// a transaction pooler, a statement outside a transaction can be prepared
 /// on one server connection and bound on another's (sqlx parses and binds
 /// in two round trips, and the pooler may hand the connection over in
-/// between).
+/// between). The one exception is the start-up probe for a pooler nobody
+/// configured ([`detection::probe`]), whose reads must be handed over to be
+/// seen, and prepare nothing.
 ///
 /// Behind a transaction pooler, the same round trip also sets the timeouts
 /// ([`LOCAL_SETTINGS`]) and, on a connection that caches no statement (as

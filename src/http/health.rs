@@ -1,5 +1,7 @@
 //! `/healthz`: the process is alive. `/readyz`: the database answers within a
-//! short timeout, migrations are applied, and we are not shutting down.
+//! short timeout, migrations are applied, no transaction pooler was found
+//! behind a pool configured without one (`db::detection`), and we are not
+//! shutting down.
 
 use std::future::Future;
 use std::time::Duration;
@@ -21,17 +23,22 @@ pub async fn healthz() -> Json<Value> {
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let reason = if state.shutdown.is_cancelled() {
         Some("shutting down")
+    } else if let Some(found) = db::detection::found() {
+        Some(found)
     } else {
         let pool = state.pool.clone();
-        match read_within(
-            READY_TIMEOUT,
-            async move { db::migrations_applied(&pool).await },
-        )
-        .await
-        {
+        let read = async move {
+            let applied = db::migrations_applied(&pool).await;
+            if let Err(error) = &applied {
+                db::detection::notice(error);
+            }
+            applied
+        };
+        match read_within(READY_TIMEOUT, read).await {
             Some(true) => None,
             Some(false) => Some("migrations not applied"),
-            None => Some("database unavailable"),
+            // This very read may have been what showed the pooler.
+            None => Some(db::detection::found().unwrap_or("database unavailable")),
         }
     };
     match reason {

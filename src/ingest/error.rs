@@ -27,8 +27,11 @@ pub enum Error {
     Invariant(&'static str),
 }
 
+/// Every database error of ingest comes through here, and is looked at
+/// once for a transaction pooler nobody configured (`db::detection`).
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
+        db::detection::notice(&error);
         Error::Database(Arc::new(error))
     }
 }

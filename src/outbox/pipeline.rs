@@ -232,6 +232,7 @@ impl<'d> Pipeline<'d> {
             Ok(lease) => lease,
             Err(error) if self.mode == Mode::Once => return Err(error),
             Err(error) => {
+                crate::db::detection::notice(&error);
                 self.failures = self.failures.saturating_add(1);
                 tracing::warn!(error = %error, "outbox lease failed; backing off");
                 let poll = self.drainer.settings.poll.max(Duration::from_secs(1));

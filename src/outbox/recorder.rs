@@ -114,6 +114,7 @@ impl<'d> Recorder<'d> {
         let written: HashSet<i64> = match ids {
             Ok(ids) => ids.into_iter().collect(),
             Err(error) => {
+                crate::db::detection::notice(&error);
                 tracing::warn!(
                     error = %error,
                     rows = batch.len(),

@@ -23,7 +23,9 @@ mod settings;
 mod workers;
 
 use settings::connection_limits;
-pub use settings::{batch_settings, database_options, migrate, pool, providers_settings, validate};
+pub use settings::{
+    batch_settings, database_options, migrate, pool, providers_settings, require_sessions, validate,
+};
 pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper};
 
 /// What the workers of this process (its drainer, its sweep) share with the
@@ -196,8 +198,10 @@ async fn admin(
 /// The largest request the admin listener reads: its forms are small.
 const ADMIN_MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// `webhookd serve`: migrate, then run the drainer and the periodic sweep
-/// (when this process drains) and the HTTP server until a signal stops them.
+/// `webhookd serve`: check that the pool's connections are what
+/// `WEBHOOKD_DB_POOLER` says, migrate, then run the drainer and the
+/// periodic sweep (when this process drains) and the HTTP server until a
+/// signal stops them.
 pub async fn serve(
     mut settings: ServeSettings,
     database: &DatabaseSettings,
@@ -210,6 +214,12 @@ pub async fn serve(
     )?;
     validate(&settings, database)?;
     let options = database_options(database)?;
+    // Before migrating: sqlx migrates under a session lock, which a
+    // transaction pooler would leave on a server connection.
+    require_sessions(database, &pool).await?;
+    if database.db_pooler == config::DbPooler::None {
+        db::detection::watch();
+    }
     if db::session_options(&options)?.is_some() {
         migrate(database)
             .await

@@ -174,6 +174,17 @@ pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     db::pool(&database_options(settings)?)
 }
 
+/// With `WEBHOOKD_DB_POOLER` unset (`none`), fails with the fix when
+/// `pool`'s connections reach Postgres through a transaction pooler
+/// ([`db::detection::require_sessions`]: two connections, a few round
+/// trips); in transaction mode there is nothing to find.
+pub async fn require_sessions(settings: &DatabaseSettings, pool: &PgPool) -> anyhow::Result<()> {
+    match settings.db_pooler {
+        DbPooler::None => db::detection::require_sessions(&pool.connect_options()).await,
+        DbPooler::Transaction => Ok(()),
+    }
+}
+
 /// Applies pending migrations to the configured database.
 pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<()> {
     db::migrate(&database_options(settings)?).await

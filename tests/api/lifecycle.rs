@@ -43,8 +43,8 @@ async fn migrations_are_idempotent(pool: PgPool) {
 /// The real binary, serving on a free port.
 pub(crate) struct Server {
     child: Child,
-    base: String,
-    client: reqwest::Client,
+    pub(crate) base: String,
+    pub(crate) client: reqwest::Client,
     /// Read as the server writes them, so a full pipe never blocks it.
     logs: Vec<std::thread::JoinHandle<String>>,
 }

@@ -1,6 +1,7 @@
 mod arbitrary;
 mod batch;
 mod batch_mixed;
+mod bouncer;
 mod browser;
 mod console;
 mod drain_cli;
@@ -27,6 +28,7 @@ mod paypal_certs;
 mod paypal_signature;
 mod poison;
 mod pooler;
+mod pooler_detect;
 mod preemption;
 mod properties;
 mod razorpay;
