@@ -10,6 +10,7 @@ mod events;
 mod fixtures;
 mod headers;
 mod hostile;
+mod ids;
 mod logs;
 mod outbox;
 mod pages;

@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::auth::{Actor, COOKIE, Check};
 use super::pages::OutboxQuery;
-use super::views::{self, Login, page_with, query_value};
-use super::{Console, EventPath, RowPath, cookie};
+use super::views::{self, Login, page_with};
+use super::{Console, EventRef, RowPath, cookie};
 use crate::ingest::{self, ReplayRefused};
 use crate::outbox::store::{self, browse};
 use crate::telemetry::bounded;
@@ -149,17 +149,13 @@ pub async fn log_out(
 pub async fn replay(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(EventPath { provider, event_id }): Path<EventPath>,
+    EventRef { provider, event_id }: EventRef,
     Form(form): Form<CsrfForm>,
 ) -> Response {
     if !console.auth.csrf_ok(&actor, &form.csrf) {
         return forbidden();
     }
-    let back = format!(
-        "/console/events/{}/{}",
-        query_value(&provider),
-        query_value(&event_id)
-    );
+    let back = views::event_href(&provider, &event_id);
     match ingest::replay_stored(&console.app.pool, &provider, &event_id).await {
         Ok(Ok(done)) => {
             let outcome = done.replayed.applied.outcome.as_str();
@@ -172,7 +168,7 @@ pub async fn replay(
                 "console: replayed an event"
             );
             Redirect::to(&format!(
-                "{back}?replayed={outcome}&changed={}",
+                "{back}&replayed={outcome}&changed={}",
                 done.replayed.recorded
             ))
             .into_response()

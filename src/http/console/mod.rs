@@ -13,7 +13,8 @@ mod pages;
 mod views;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -35,6 +36,65 @@ pub struct EventPath {
 #[derive(Debug, serde::Deserialize)]
 pub struct UserPath {
     pub user_id: String,
+}
+
+/// The event a page or an action is about: named in the query string
+/// (`?provider=…&id=…`, how the console links to it, whatever the id:
+/// [`views::event_href`]) or in the path (`/console/events/{provider}/{event_id}`,
+/// kept for addresses written before, where an id such as `..` cannot be).
+#[derive(Debug)]
+pub struct EventRef {
+    pub provider: String,
+    pub event_id: String,
+}
+
+#[derive(serde::Deserialize)]
+struct EventQuery {
+    provider: String,
+    id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for EventRef {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        if let Ok(Path(EventPath { provider, event_id })) =
+            Path::from_request_parts(parts, state).await
+        {
+            return Ok(EventRef { provider, event_id });
+        }
+        match Query::<EventQuery>::from_request_parts(parts, state).await {
+            Ok(Query(EventQuery { provider, id })) => Ok(EventRef {
+                provider,
+                event_id: id,
+            }),
+            Err(_) => Err(views::bad_request("Which event? Its address names none.")),
+        }
+    }
+}
+
+/// The user a page is about, named as an event is ([`EventRef`]):
+/// `?id=…`, or in the path (`/console/users/{user_id}`).
+#[derive(Debug)]
+pub struct UserRef(pub String);
+
+#[derive(serde::Deserialize)]
+struct UserQuery {
+    id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for UserRef {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        if let Ok(Path(UserPath { user_id })) = Path::from_request_parts(parts, state).await {
+            return Ok(UserRef(user_id));
+        }
+        match Query::<UserQuery>::from_request_parts(parts, state).await {
+            Ok(Query(UserQuery { id })) => Ok(UserRef(id)),
+            Err(_) => Err(views::bad_request("Which user? Its address names none.")),
+        }
+    }
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -63,11 +123,14 @@ pub fn router(console: Console) -> Router {
         .route("/console", get(pages::overview))
         .route("/console/live", get(pages::overview_live))
         .route("/console/events", get(pages::events))
+        .route("/console/event", get(pages::event))
+        .route("/console/event/replay", post(actions::replay))
         .route("/console/events/{provider}/{event_id}", get(pages::event))
         .route(
             "/console/events/{provider}/{event_id}/replay",
             post(actions::replay),
         )
+        .route("/console/user", get(pages::user))
         .route("/console/users/{user_id}", get(pages::user))
         .route("/console/outbox", get(pages::outbox))
         .route(

@@ -27,6 +27,31 @@ pub fn query_value(value: &str) -> String {
     utf8_percent_encode(value, QUERY_VALUE).to_string()
 }
 
+/// The address of an event's page. The event is named in the query
+/// string, never in the path: browsers and proxies resolve `.` and `..`
+/// path segments (even written `%2E%2E`) and some decode `%2F`, so an id
+/// such as `..` or `a/b` would open another page. A query string is
+/// passed on as it is.
+pub fn event_href(provider: impl AsRef<str>, event_id: impl AsRef<str>) -> String {
+    format!("/console/event?{}", event_query(provider, event_id))
+}
+
+/// `provider=…&id=…`: what names an event in the console's addresses
+/// (its page, its replay, its payload's download).
+pub fn event_query(provider: impl AsRef<str>, event_id: impl AsRef<str>) -> String {
+    format!(
+        "provider={}&id={}",
+        query_value(provider.as_ref()),
+        query_value(event_id.as_ref())
+    )
+}
+
+/// The address of a user's page, the user named as an event is
+/// ([`event_href`]).
+pub fn user_href(user_id: impl AsRef<str>) -> String {
+    format!("/console/user?id={}", query_value(user_id.as_ref()))
+}
+
 /// What every signed-in page has around it.
 pub struct Chrome {
     /// Which navigation entry is current.

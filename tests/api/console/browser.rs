@@ -85,7 +85,7 @@ impl Page {
             return Vec::new();
         };
         self.body[table..]
-            .split("<td class=\"id\"><a href=\"/console/events/")
+            .split("<td class=\"id\"><a href=\"/console/event?")
             .skip(1)
             .map(|cell| {
                 let text = &cell[cell.find("\">").unwrap() + 2..];

@@ -1,7 +1,7 @@
 //! The events list (filters, search, keyset pages) and one event's page.
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::response::Response;
 use serde::Deserialize;
 
@@ -9,7 +9,7 @@ use super::{PAGE_ROWS, failed, given};
 use crate::http::console::auth::Actor;
 use crate::http::console::chart;
 use crate::http::console::views::{self, Chrome, EventFilterView, page, query_value};
-use crate::http::console::{Console, EventPath};
+use crate::http::console::{Console, EventRef};
 use crate::outbox::store::browse;
 use crate::{events, ledger, payments, story, subscriptions};
 
@@ -161,7 +161,7 @@ pub struct Notice {
 pub async fn event(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(EventPath { provider, event_id }): Path<EventPath>,
+    EventRef { provider, event_id }: EventRef,
     Query(notice): Query<Notice>,
 ) -> Response {
     let pool = &console.app.pool;

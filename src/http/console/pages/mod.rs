@@ -7,13 +7,13 @@ pub use events::{event, events};
 pub use outbox::{OutboxQuery, bulk_retry, outbox};
 
 use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 
 use super::auth::Actor;
 use super::chart;
 use super::views::{self, Chrome, SweepView, age, page};
-use super::{Console, UserPath};
+use super::{Console, UserRef};
 use crate::outbox::store;
 use crate::{ledger, payments, subscriptions, sweep};
 
@@ -124,7 +124,7 @@ fn sweep_view(run: sweep::store::Run) -> SweepView {
 pub async fn user(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(UserPath { user_id }): Path<UserPath>,
+    UserRef(user_id): UserRef,
 ) -> Response {
     let pool = &console.app.pool;
     let reads = tokio::try_join!(
