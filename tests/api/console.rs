@@ -3,6 +3,7 @@
 //! where it is served here; each area of the console in its own module.
 
 mod auth;
+mod bounds;
 mod browser;
 mod csrf;
 mod escaping;

@@ -10,6 +10,7 @@ mod actions;
 pub mod auth;
 mod chart;
 mod pages;
+mod shown;
 mod views;
 
 use axum::Router;
@@ -125,6 +126,7 @@ pub fn router(console: Console) -> Router {
         .route("/console/events", get(pages::events))
         .route("/console/event", get(pages::event))
         .route("/console/event/replay", post(actions::replay))
+        .route("/console/event/payload", get(pages::payload))
         .route("/console/events/{provider}/{event_id}", get(pages::event))
         .route(
             "/console/events/{provider}/{event_id}/replay",

@@ -14,17 +14,6 @@ use crate::helpers::payment_intent_succeeded;
 /// Ids that a path segment loses or changes on the way.
 const AWKWARD: [&str; 7] = ["..", ".", "a/b", "a?b#c", "%2e", "%2E%2E", ".%2e"];
 
-/// The address of `page`'s first link whose text is `text`, unescaped.
-fn link(page: &Page, text: &str) -> String {
-    let end = format!("\">{text}</a>");
-    let at = page
-        .body
-        .find(&end)
-        .unwrap_or_else(|| panic!("no link named {text:?} in {}", page.body));
-    let start = page.body[..at].rfind("href=\"").unwrap() + 6;
-    unescape(&page.body[start..at])
-}
-
 /// Where the page's replay form posts.
 fn replay_action(page: &Page) -> String {
     let form = &page.body[page.body.find("<form class=\"action\"").unwrap()..];
@@ -52,7 +41,7 @@ async fn events_and_users_whose_ids_a_path_would_lose_open_from_every_link(pool:
     let list = browser.page("/console/events").await;
     for (i, id) in AWKWARD.iter().enumerate() {
         // From the events list to the event's page.
-        let address = link(&list, id);
+        let address = list.link(id);
         let event = browser.get(&address).await;
         event.assert_status(StatusCode::OK, &address);
         assert!(
@@ -69,8 +58,8 @@ async fn events_and_users_whose_ids_a_path_would_lose_open_from_every_link(pool:
         assert!(back.body.contains("Replayed: ignored."), "{}", back.body);
 
         // From the other event's ledger entry to the user, and back.
-        let other = browser.page(&link(&list, &format!("evt_{i}"))).await;
-        let address = link(&other, id);
+        let other = browser.page(&list.link(&format!("evt_{i}"))).await;
+        let address = other.link(id);
         let user = browser.get(&address).await;
         user.assert_status(StatusCode::OK, &address);
         assert!(
@@ -78,6 +67,6 @@ async fn events_and_users_whose_ids_a_path_would_lose_open_from_every_link(pool:
             "{address}: {}",
             user.body
         );
-        browser.page(&link(&user, &format!("evt_{i}"))).await;
+        browser.page(&user.link(&format!("evt_{i}"))).await;
     }
 }

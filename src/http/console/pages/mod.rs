@@ -1,8 +1,10 @@
 //! The console's pages: reads only.
 
+mod download;
 mod events;
 mod outbox;
 
+pub use download::payload;
 pub use events::{event, events};
 pub use outbox::{OutboxQuery, bulk_retry, outbox};
 
@@ -94,7 +96,7 @@ async fn live(console: &Console) -> views::Live {
 fn sweep_view(run: sweep::store::Run) -> SweepView {
     let (result, failed) = match &run.last_result {
         Some(result) => match result.get("error").and_then(|e| e.as_str()) {
-            Some(error) => (format!("failed: {error}"), true),
+            Some(error) => (format!("failed: {}", super::shown::text(error)), true),
             None => (
                 format!(
                     "{} recovered, {} already seen",
