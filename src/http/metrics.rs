@@ -32,6 +32,7 @@ use crate::sweep::schedule::SweepStats;
 use crate::sweep::store::last_successes;
 use quantile::Buckets;
 
+mod console;
 pub mod quantile;
 
 const REQUESTS: &str = "webhookd_http_requests_total";
@@ -64,8 +65,9 @@ const LATENCY_BUCKETS: [f64; 13] = [
 const BATCH_SIZE_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
 /// The HELP text of every metric, by kind and name.
-const COUNTERS: [(&str, &str); 12] = [
+const COUNTERS: [(&str, &str); 13] = [
     (REQUESTS, "HTTP requests by matched route and status."),
+    (console::THROTTLED, console::THROTTLED_HELP),
     (EVENTS, "Webhook deliveries by provider and outcome."),
     (
         BATCHES,

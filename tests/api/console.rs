@@ -17,6 +17,7 @@ mod outbox;
 mod pages;
 mod replay;
 mod search;
+mod throttle;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::auth::{Actor, COOKIE, Check};
 use super::pages::OutboxQuery;
 use super::views::{self, Login, page_with};
-use super::{Console, EventRef, RowPath, cookie};
+use super::{Console, EventRef, RowPath, cookie, refused};
 use crate::ingest::{self, ReplayRefused};
 use crate::outbox::store::{self, browse};
 use crate::telemetry::bounded;
@@ -85,10 +85,7 @@ pub async fn log_in(
                 },
             )
         }
-        Check::Limited(wait) => {
-            tracing::warn!("console: a login was refused unchecked: too many wrong tokens lately");
-            views::too_many_attempts(wait)
-        }
+        Check::Limited(refusal) => refused(&console, refusal),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod auth;
 mod chart;
 mod pages;
 mod shown;
+mod throttle;
 mod views;
 
 use axum::Router;
@@ -24,6 +25,7 @@ use axum::routing::{get, post};
 use super::AppState;
 pub use auth::Auth;
 use auth::{Actor, COOKIE, Check};
+use throttle::{Refusal, Scope};
 
 /// A page's path parameters, by name: the admin router's own wildcard
 /// (`/console/{*page}`) travels with them, so they are read by name, never
@@ -120,6 +122,13 @@ const ICON: &str = include_str!("assets/favicon.svg");
 /// The routes under `/console` (full paths: the admin router hands it
 /// `/console` and everything below as they are).
 pub fn router(console: Console) -> Router {
+    for scope in [Scope::Client, Scope::Global] {
+        // Counted from 0, so that an alert sees the first refusal.
+        console
+            .app
+            .metrics
+            .console_auth_throttled(scope.as_str(), 0);
+    }
     let signed_in = Router::new()
         .route("/console", get(pages::overview))
         .route("/console/live", get(pages::overview_live))
@@ -196,17 +205,19 @@ async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// Lets a request through with its [`Actor`] when it carries the token
-/// (`Authorization: Bearer`) or a live session cookie. Otherwise a browser's
-/// GET goes to the login page and anything else gets 401; neither body
-/// holds any data. Another scheme in `Authorization` (a proxy's Basic) is
-/// left to the cookie.
+/// Lets a request through with its [`Actor`] when it carries a live
+/// session cookie or the token (`Authorization: Bearer`). A session is
+/// checked by its signature alone, before any bearer token, so the rate
+/// limit never refuses it. Otherwise a browser's GET goes to the login
+/// page and anything else gets 401; neither body holds any data. Another
+/// scheme in `Authorization` (a proxy's Basic) is no credential.
 async fn signed_in_only(
     State(console): State<Console>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let headers = request.headers();
+    let session = cookie(headers).and_then(|c| console.auth.session(c));
     let bearer = headers
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or_default())
@@ -214,31 +225,51 @@ async fn signed_in_only(
             let (scheme, token) = v.split_once(' ').unwrap_or((v, ""));
             scheme.eq_ignore_ascii_case("bearer").then_some(token)
         });
-    let actor = if let Some(token) = bearer {
-        match console.auth.check_token(token.trim(), client(&request)) {
+    let actor = match (session, bearer) {
+        (Some(actor), _) => actor,
+        (None, Some(token)) => match console.auth.check_token(token.trim(), client(&request)) {
             Check::Valid => Actor::Bearer,
             Check::Invalid => {
                 tracing::warn!("console: a request with a wrong bearer token was refused");
                 return unauthorized();
             }
-            Check::Limited(wait) => return views::too_many_attempts(wait),
+            Check::Limited(refusal) => return refused(&console, refusal),
+        },
+        (None, None) if request.method() == Method::GET => {
+            let next = request
+                .uri()
+                .path_and_query()
+                .map_or("/console", |p| p.as_str());
+            let next = format!("/console/login?next={}", views::query_value(next));
+            return Redirect::to(&next).into_response();
         }
-    } else {
-        match cookie(headers).and_then(|c| console.auth.session(c)) {
-            Some(actor) => actor,
-            None if request.method() == Method::GET => {
-                let next = request
-                    .uri()
-                    .path_and_query()
-                    .map_or("/console", |p| p.as_str());
-                let next = format!("/console/login?next={}", views::query_value(next));
-                return Redirect::to(&next).into_response();
-            }
-            None => return unauthorized(),
-        }
+        (None, None) => return unauthorized(),
     };
     request.extensions_mut().insert(actor);
     next.run(request).await
+}
+
+/// What a token refused unchecked answers (429 with `Retry-After`),
+/// counted by the bucket that refused; an emptied bucket of all is logged
+/// as an attack, once per its refill.
+pub(super) fn refused(console: &Console, refusal: Refusal) -> Response {
+    console
+        .app
+        .metrics
+        .console_auth_throttled(refusal.scope.as_str(), 1);
+    if let Some(refused) = refusal.report {
+        tracing::warn!(
+            refused,
+            every_secs = throttle::report_every().as_secs(),
+            "console: wrong tokens from many clients used up the attempts of all: every token presented is refused for now, the right one too (sessions already open keep working); a guessing attack?"
+        );
+    } else {
+        tracing::debug!(
+            scope = refusal.scope.as_str(),
+            "console: a token was refused unchecked: too many wrong tokens lately"
+        );
+    }
+    views::too_many_attempts(refusal.wait)
 }
 
 /// Who connected, when the accept loop said.
