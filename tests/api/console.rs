@@ -5,6 +5,7 @@
 mod auth;
 mod bounds;
 mod browser;
+mod cookie;
 mod csrf;
 mod escaping;
 mod events;

@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use axum::Extension;
 use axum::extract::{ConnectInfo, Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{AppendHeaders, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::auth::{Actor, COOKIE, Check};
+use super::auth::{Actor, Check};
 use super::pages::OutboxQuery;
 use super::views::{self, Login, page_with};
 use super::{Console, EventRef, RowPath, cookie, refused};
@@ -64,16 +64,8 @@ pub async fn log_in(
         Check::Valid => {
             let (value, ttl, actor) = console.auth.new_session();
             tracing::info!(actor = %actor.describe(), "console: logged in");
-            let secure = if behind_https(&headers) {
-                "; Secure"
-            } else {
-                ""
-            };
-            let cookie = format!(
-                "{COOKIE}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-                ttl.as_secs()
-            );
-            ([(header::SET_COOKIE, cookie)], Redirect::to(next)).into_response()
+            let set = cookie::issue(&value, ttl, cookie::behind_https(&headers));
+            ([(header::SET_COOKIE, set)], Redirect::to(next)).into_response()
         }
         Check::Invalid => {
             tracing::warn!("console: a login with a wrong token was refused");
@@ -87,22 +79,6 @@ pub async fn log_in(
         }
         Check::Limited(refusal) => refused(&console, refusal),
     }
-}
-
-/// Whether the browser reached us over https (through a proxy that says
-/// so): then the cookie is `Secure`.
-fn behind_https(headers: &HeaderMap) -> bool {
-    let says = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
-    };
-    says("x-forwarded-proto")
-        || headers
-            .get(header::ORIGIN)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|o| o.starts_with("https://"))
 }
 
 #[derive(Deserialize)]
@@ -131,16 +107,14 @@ pub async fn log_out(
     if !console.auth.csrf_ok(&actor, &form.csrf) {
         return forbidden();
     }
-    if let Some(value) = cookie(&headers) {
+    for value in cookie::values(&headers) {
         console.auth.log_out(value);
     }
     tracing::info!(actor = %actor.describe(), "console: logged out");
-    let clear = format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0");
-    (
-        [(header::SET_COOKIE, clear)],
-        Redirect::to("/console/login"),
-    )
-        .into_response()
+    let cleared = cookie::clear(cookie::behind_https(&headers))
+        .into_iter()
+        .map(|set| (header::SET_COOKIE, set));
+    (AppendHeaders(cleared), Redirect::to("/console/login")).into_response()
 }
 
 pub async fn replay(

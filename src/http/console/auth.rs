@@ -25,9 +25,6 @@ use crate::clock::Clock;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The session cookie's name.
-pub const COOKIE: &str = "webhookd_console";
-
 /// Who made a request, for the audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Actor {

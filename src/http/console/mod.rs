@@ -9,6 +9,7 @@
 mod actions;
 pub mod auth;
 mod chart;
+mod cookie;
 mod pages;
 mod shown;
 mod throttle;
@@ -24,7 +25,7 @@ use axum::routing::{get, post};
 
 use super::AppState;
 pub use auth::Auth;
-use auth::{Actor, COOKIE, Check};
+use auth::{Actor, Check};
 use throttle::{Refusal, Scope};
 
 /// A page's path parameters, by name: the admin router's own wildcard
@@ -217,7 +218,7 @@ async fn signed_in_only(
     next: Next,
 ) -> Response {
     let headers = request.headers();
-    let session = cookie(headers).and_then(|c| console.auth.session(c));
+    let session = cookie::values(headers).find_map(|c| console.auth.session(c));
     let bearer = headers
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or_default())
@@ -305,16 +306,4 @@ fn unauthorized() -> Response {
         "unauthorized: send Authorization: Bearer <WEBHOOKD_ADMIN_TOKEN>, or log in at /console/login\n",
     )
         .into_response()
-}
-
-/// The session cookie's value, if the request has one.
-fn cookie(headers: &axum::http::HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value)
 }

@@ -1,6 +1,7 @@
 //! What the real binary logs of the console: never the token, a guess at
 //! it or a session cookie; an attack on the token once, not per guess. The
-//! binary runs with everything logged, its output read.
+//! binary runs with everything logged, its output read; a console on a
+//! non-loopback address is warned of at start-up.
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr};
@@ -194,4 +195,23 @@ async fn guesses_from_many_addresses_are_reported_as_an_attack_once_not_per_gues
         "{}",
         warnings[0]
     );
+}
+
+#[sqlx::test]
+async fn a_console_on_a_non_loopback_address_warns_at_start_up_that_it_is_plain_http(pool: PgPool) {
+    const WARNING: &str = "the console is served over plain http";
+    let open = Binary::start(&pool, "0.0.0.0").await;
+    let logs = open.stop().await;
+    let warnings: Vec<&str> = logs.lines().filter(|l| l.contains(WARNING)).collect();
+    assert_eq!(warnings.len(), 1, "{logs}");
+    assert!(
+        warnings[0].contains("\"level\":\"WARN\""),
+        "{}",
+        warnings[0]
+    );
+    assert!(warnings[0].contains("0.0.0.0:"), "{}", warnings[0]);
+
+    let loopback = Binary::start(&pool, "127.0.0.1").await;
+    let logs = loopback.stop().await;
+    assert!(!logs.contains(WARNING), "not on loopback");
 }
