@@ -15,7 +15,7 @@ pub use browse::{
     Cursor, Deferred, Filter, Row, counts_by_outcome, deferred, deferred_depth, page,
 };
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
-pub use stored::{Stored, find, prune_batch};
+pub use stored::{Preview, Stored, find, preview, prune_batch};
 
 /// What became of one delivery. Stored in `processed_events.outcome` and
 /// answered in the response body.

@@ -43,6 +43,53 @@ pub async fn find(
     Ok(answer)
 }
 
+/// A stored event as a page shows it: the text of its detail and payload
+/// only up to `chars` characters each, beside their whole lengths in bytes,
+/// so that showing a large payload reads only what is shown.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub provider: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub outcome: String,
+    pub detail_head: String,
+    pub detail_bytes: i32,
+    pub payload_head: String,
+    pub payload_bytes: i32,
+    pub provider_created_at: Option<String>,
+    pub received_at: String,
+    pub received_via: String,
+}
+
+pub async fn preview(
+    pool: &PgPool,
+    provider: &str,
+    event_id: &str,
+    chars: i32,
+) -> Result<Option<Preview>, sqlx::Error> {
+    let mut tx = db::read(pool).await?;
+    let answer = sqlx::query_as!(
+        Preview,
+        r#"
+        select provider, event_id, event_type, outcome,
+               left(detail::text, $3) as "detail_head!", octet_length(detail::text) as "detail_bytes!",
+               left(payload::text, $3) as "payload_head!", octet_length(payload::text) as "payload_bytes!",
+               to_char(provider_created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as provider_created_at,
+               to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
+               received_via
+        from processed_events
+        where provider = $1 and event_id = $2
+        "#,
+        provider,
+        event_id,
+        chars,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(answer)
+}
+
 /// Deletes up to `batch` events received before `cutoff` (Unix seconds),
 /// skipping rows other transactions hold, so it never waits on ingest.
 /// Deferred events are kept (they still wait for their dependency), and so

@@ -32,11 +32,12 @@ use crate::sweep::schedule::SweepStats;
 use crate::sweep::store::last_successes;
 use quantile::Buckets;
 
+mod console;
 pub mod quantile;
+mod secrets;
 
 const REQUESTS: &str = "webhookd_http_requests_total";
 const EVENTS: &str = "webhookd_events_total";
-const SECRETS_MATCHED: &str = "webhookd_signature_secret_matched_total";
 const INGEST_DURATION: &str = "webhookd_ingest_duration_seconds";
 const BATCHES: &str = "webhookd_ingest_batches_total";
 const BATCHED_EVENTS: &str = "webhookd_ingest_batched_events_total";
@@ -65,13 +66,11 @@ const LATENCY_BUCKETS: [f64; 13] = [
 const BATCH_SIZE_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
 /// The HELP text of every metric, by kind and name.
-const COUNTERS: [(&str, &str); 13] = [
+const COUNTERS: [(&str, &str); 14] = [
     (REQUESTS, "HTTP requests by matched route and status."),
+    (console::THROTTLED, console::THROTTLED_HELP),
     (EVENTS, "Webhook deliveries by provider and outcome."),
-    (
-        SECRETS_MATCHED,
-        "Verified deliveries by provider and the position of the secret (PayPal: webhook id) that matched.",
-    ),
+    (secrets::MATCHED, secrets::MATCHED_HELP),
     (
         BATCHES,
         "Batches of events committed together (group commit).",
@@ -212,15 +211,6 @@ impl Metrics {
             Label::from_static_parts("outcome", outcome),
         ];
         self.counter(EVENTS, labels).increment(1);
-    }
-
-    /// A delivery to `provider` verified by its `index`-th secret.
-    pub fn secret_matched(&self, provider: &str, index: usize) {
-        let labels = vec![
-            Label::new("provider", provider.to_owned()),
-            Label::new("secret_index", index.to_string()),
-        ];
-        self.counter(SECRETS_MATCHED, labels).increment(1);
     }
 
     pub fn ingest_latency(&self, provider: &str, elapsed: Duration) {

@@ -182,6 +182,12 @@ async fn admin(
     });
     if console.is_some() {
         tracing::info!(address = %bound, "console at http://{bound}/console");
+        if !bound.ip().to_canonical().is_loopback() {
+            tracing::warn!(
+                address = %bound,
+                "the console is served over plain http on an address other machines may reach: put it behind an https proxy (that sends X-Forwarded-Proto: https) or set WEBHOOKD_ADMIN_LISTEN to a loopback address"
+            );
+        }
     } else {
         tracing::info!(address = %bound, "admin listener up; the console is off until WEBHOOKD_ADMIN_TOKEN is set");
     }

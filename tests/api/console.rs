@@ -3,18 +3,22 @@
 //! where it is served here; each area of the console in its own module.
 
 mod auth;
+mod bounds;
 mod browser;
+mod cookie;
 mod csrf;
 mod escaping;
 mod events;
 mod fixtures;
 mod headers;
 mod hostile;
+mod ids;
 mod logs;
 mod outbox;
 mod pages;
 mod replay;
 mod search;
+mod throttle;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;

@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 use axum::Extension;
 use axum::extract::{ConnectInfo, Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{AppendHeaders, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::auth::{Actor, COOKIE, Check};
+use super::auth::{Actor, Check};
 use super::pages::OutboxQuery;
-use super::views::{self, Login, page_with, query_value};
-use super::{Console, EventPath, RowPath, cookie};
+use super::views::{self, Login, page_with};
+use super::{Console, EventRef, RowPath, cookie, refused};
 use crate::ingest::{self, ReplayRefused};
 use crate::outbox::store::{self, browse};
 use crate::telemetry::bounded;
@@ -64,16 +64,8 @@ pub async fn log_in(
         Check::Valid => {
             let (value, ttl, actor) = console.auth.new_session();
             tracing::info!(actor = %actor.describe(), "console: logged in");
-            let secure = if behind_https(&headers) {
-                "; Secure"
-            } else {
-                ""
-            };
-            let cookie = format!(
-                "{COOKIE}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-                ttl.as_secs()
-            );
-            ([(header::SET_COOKIE, cookie)], Redirect::to(next)).into_response()
+            let set = cookie::issue(&value, ttl, cookie::behind_https(&headers));
+            ([(header::SET_COOKIE, set)], Redirect::to(next)).into_response()
         }
         Check::Invalid => {
             tracing::warn!("console: a login with a wrong token was refused");
@@ -85,27 +77,8 @@ pub async fn log_in(
                 },
             )
         }
-        Check::Limited(wait) => {
-            tracing::warn!("console: a login was refused unchecked: too many wrong tokens lately");
-            views::too_many_attempts(wait)
-        }
+        Check::Limited(refusal) => refused(&console, refusal),
     }
-}
-
-/// Whether the browser reached us over https (through a proxy that says
-/// so): then the cookie is `Secure`.
-fn behind_https(headers: &HeaderMap) -> bool {
-    let says = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
-    };
-    says("x-forwarded-proto")
-        || headers
-            .get(header::ORIGIN)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|o| o.starts_with("https://"))
 }
 
 #[derive(Deserialize)]
@@ -134,32 +107,26 @@ pub async fn log_out(
     if !console.auth.csrf_ok(&actor, &form.csrf) {
         return forbidden();
     }
-    if let Some(value) = cookie(&headers) {
+    for value in cookie::values(&headers) {
         console.auth.log_out(value);
     }
     tracing::info!(actor = %actor.describe(), "console: logged out");
-    let clear = format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0");
-    (
-        [(header::SET_COOKIE, clear)],
-        Redirect::to("/console/login"),
-    )
-        .into_response()
+    let cleared = cookie::clear(cookie::behind_https(&headers))
+        .into_iter()
+        .map(|set| (header::SET_COOKIE, set));
+    (AppendHeaders(cleared), Redirect::to("/console/login")).into_response()
 }
 
 pub async fn replay(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(EventPath { provider, event_id }): Path<EventPath>,
+    EventRef { provider, event_id }: EventRef,
     Form(form): Form<CsrfForm>,
 ) -> Response {
     if !console.auth.csrf_ok(&actor, &form.csrf) {
         return forbidden();
     }
-    let back = format!(
-        "/console/events/{}/{}",
-        query_value(&provider),
-        query_value(&event_id)
-    );
+    let back = views::event_href(&provider, &event_id);
     match ingest::replay_stored(
         &console.app.pool,
         console.app.providers.scope(&provider),
@@ -179,7 +146,7 @@ pub async fn replay(
                 "console: replayed an event"
             );
             Redirect::to(&format!(
-                "{back}?replayed={outcome}&changed={}",
+                "{back}&replayed={outcome}&changed={}",
                 done.replayed.recorded
             ))
             .into_response()

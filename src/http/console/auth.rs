@@ -6,10 +6,8 @@
 //! every session). A logout is remembered until the session would have
 //! expired (in this process's memory: a restart forgets it, and other
 //! processes never knew it; changing the token ends every session). Forms
-//! carry a CSRF token bound to the session. Every failed comparison (a
-//! wrong bearer token or login) spends from its client's bucket and from
-//! one bucket for all, so the token cannot be guessed faster than that, and
-//! one client's guesses do not lock the others out.
+//! carry a CSRF token bound to the session. A presented token is compared
+//! only as fast as [`super::throttle`] allows.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -22,21 +20,10 @@ use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::throttle::{Refusal, Throttle};
 use crate::clock::Clock;
 
 type HmacSha256 = Hmac<Sha256>;
-
-/// The session cookie's name.
-pub const COOKIE: &str = "webhookd_console";
-
-/// Failed attempts one client may make at once, and how often one more.
-const FAILURE_BURST: f64 = 5.0;
-const FAILURE_REFILL: Duration = Duration::from_secs(12);
-/// The same for every client together.
-const ALL_FAILURE_BURST: f64 = 50.0;
-const ALL_FAILURE_REFILL: Duration = Duration::from_secs(2);
-/// Clients whose failures are remembered at most (the oldest forgiven).
-const MAX_TRACKED_CLIENTS: usize = 4096;
 
 /// Who made a request, for the audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,40 +48,8 @@ impl Actor {
 pub enum Check {
     Valid,
     Invalid,
-    /// Too many failures lately: not even compared. Retry after this long.
-    Limited(Duration),
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: i64,
-}
-
-impl Bucket {
-    fn full(burst: f64, now: i64) -> Self {
-        Bucket {
-            tokens: burst,
-            at: now,
-        }
-    }
-
-    /// Refills up to `now`; how long until one more failure is allowed, if
-    /// none is now.
-    fn wait(&mut self, now: i64, burst: f64, refill: Duration) -> Option<Duration> {
-        #[allow(clippy::cast_precision_loss)]
-        let refilled = (now - self.at).max(0) as f64 / refill.as_secs_f64();
-        self.tokens = (self.tokens + refilled).min(burst);
-        self.at = now;
-        (self.tokens < 1.0)
-            .then(|| Duration::from_secs_f64(((1.0 - self.tokens) * refill.as_secs_f64()).ceil()))
-    }
-}
-
-#[derive(Debug)]
-struct Failures {
-    all: Bucket,
-    by_client: HashMap<IpAddr, Bucket>,
+    /// Too many wrong tokens lately: not even compared.
+    Limited(Refusal),
 }
 
 /// The console's keys and state. Cheap to clone.
@@ -106,7 +61,7 @@ pub struct Auth {
     key: [u8; 32],
     ttl: Duration,
     clock: Clock,
-    failures: Arc<Mutex<Failures>>,
+    throttle: Arc<Mutex<Throttle>>,
     /// Sessions logged out, until they would have expired.
     revoked: Arc<Mutex<HashMap<String, i64>>>,
 }
@@ -130,10 +85,7 @@ impl Auth {
             key: mac.finalize().into_bytes().into(),
             ttl,
             clock,
-            failures: Arc::new(Mutex::new(Failures {
-                all: Bucket::full(ALL_FAILURE_BURST, now),
-                by_client: HashMap::new(),
-            })),
+            throttle: Arc::new(Mutex::new(Throttle::new(now))),
             revoked: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -143,46 +95,15 @@ impl Auth {
     /// both buckets.
     pub fn check_token(&self, candidate: &str, client: Option<IpAddr>) -> Check {
         let now = self.clock.now();
-        let mut failures = self.failures.lock().expect("never poisoned");
-        let failures = &mut *failures;
-        if let Some(wait) = failures
-            .all
-            .wait(now, ALL_FAILURE_BURST, ALL_FAILURE_REFILL)
-        {
-            return Check::Limited(wait);
-        }
-        let mut own = client.map(|ip| {
-            failures
-                .by_client
-                .get(&ip)
-                .copied()
-                .unwrap_or_else(|| Bucket::full(FAILURE_BURST, now))
-        });
-        if let Some(wait) = own
-            .as_mut()
-            .and_then(|b| b.wait(now, FAILURE_BURST, FAILURE_REFILL))
-        {
-            return Check::Limited(wait);
+        let mut throttle = self.throttle.lock().expect("never poisoned");
+        if let Err(refusal) = throttle.admit(now, client) {
+            return Check::Limited(refusal);
         }
         let digest: [u8; 32] = Sha256::digest(candidate.as_bytes()).into();
         if bool::from(digest.ct_eq(&self.token_digest)) {
             return Check::Valid;
         }
-        failures.all.tokens -= 1.0;
-        if let (Some(ip), Some(mut bucket)) = (client, own) {
-            bucket.tokens -= 1.0;
-            if failures.by_client.len() >= MAX_TRACKED_CLIENTS {
-                // Forgive those whose bucket is full again, then the rest.
-                failures.by_client.retain(|_, b| {
-                    b.wait(now, FAILURE_BURST, FAILURE_REFILL);
-                    b.tokens < FAILURE_BURST
-                });
-                if failures.by_client.len() >= MAX_TRACKED_CLIENTS {
-                    failures.by_client.clear();
-                }
-            }
-            failures.by_client.insert(ip, bucket);
-        }
+        throttle.failed(now, client);
         Check::Invalid
     }
 
@@ -335,6 +256,8 @@ mod tests {
 
     #[test]
     fn failed_comparisons_are_rate_limited_per_client_and_for_all() {
+        use crate::http::console::throttle::{ALL_FAILURE_REFILL, FAILURE_REFILL};
+
         let clock = Clock::manual(1_000_000);
         let auth = auth(&clock);
         let guesser = Some(IpAddr::from([10, 0, 0, 1]));

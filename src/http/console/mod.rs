@@ -9,11 +9,15 @@
 mod actions;
 pub mod auth;
 mod chart;
+mod cookie;
 mod pages;
+mod shown;
+mod throttle;
 mod views;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -21,7 +25,8 @@ use axum::routing::{get, post};
 
 use super::AppState;
 pub use auth::Auth;
-use auth::{Actor, COOKIE, Check};
+use auth::{Actor, Check};
+use throttle::{Refusal, Scope};
 
 /// A page's path parameters, by name: the admin router's own wildcard
 /// (`/console/{*page}`) travels with them, so they are read by name, never
@@ -35,6 +40,65 @@ pub struct EventPath {
 #[derive(Debug, serde::Deserialize)]
 pub struct UserPath {
     pub user_id: String,
+}
+
+/// The event a page or an action is about: named in the query string
+/// (`?provider=…&id=…`, how the console links to it, whatever the id:
+/// [`views::event_href`]) or in the path (`/console/events/{provider}/{event_id}`,
+/// kept for addresses written before, where an id such as `..` cannot be).
+#[derive(Debug)]
+pub struct EventRef {
+    pub provider: String,
+    pub event_id: String,
+}
+
+#[derive(serde::Deserialize)]
+struct EventQuery {
+    provider: String,
+    id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for EventRef {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        if let Ok(Path(EventPath { provider, event_id })) =
+            Path::from_request_parts(parts, state).await
+        {
+            return Ok(EventRef { provider, event_id });
+        }
+        match Query::<EventQuery>::from_request_parts(parts, state).await {
+            Ok(Query(EventQuery { provider, id })) => Ok(EventRef {
+                provider,
+                event_id: id,
+            }),
+            Err(_) => Err(views::bad_request("Which event? Its address names none.")),
+        }
+    }
+}
+
+/// The user a page is about, named as an event is ([`EventRef`]):
+/// `?id=…`, or in the path (`/console/users/{user_id}`).
+#[derive(Debug)]
+pub struct UserRef(pub String);
+
+#[derive(serde::Deserialize)]
+struct UserQuery {
+    id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for UserRef {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        if let Ok(Path(UserPath { user_id })) = Path::from_request_parts(parts, state).await {
+            return Ok(UserRef(user_id));
+        }
+        match Query::<UserQuery>::from_request_parts(parts, state).await {
+            Ok(Query(UserQuery { id })) => Ok(UserRef(id)),
+            Err(_) => Err(views::bad_request("Which user? Its address names none.")),
+        }
+    }
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -59,15 +123,26 @@ const ICON: &str = include_str!("assets/favicon.svg");
 /// The routes under `/console` (full paths: the admin router hands it
 /// `/console` and everything below as they are).
 pub fn router(console: Console) -> Router {
+    for scope in [Scope::Client, Scope::Global] {
+        // Counted from 0, so that an alert sees the first refusal.
+        console
+            .app
+            .metrics
+            .console_auth_throttled(scope.as_str(), 0);
+    }
     let signed_in = Router::new()
         .route("/console", get(pages::overview))
         .route("/console/live", get(pages::overview_live))
         .route("/console/events", get(pages::events))
+        .route("/console/event", get(pages::event))
+        .route("/console/event/replay", post(actions::replay))
+        .route("/console/event/payload", get(pages::payload))
         .route("/console/events/{provider}/{event_id}", get(pages::event))
         .route(
             "/console/events/{provider}/{event_id}/replay",
             post(actions::replay),
         )
+        .route("/console/user", get(pages::user))
         .route("/console/users/{user_id}", get(pages::user))
         .route("/console/outbox", get(pages::outbox))
         .route(
@@ -131,17 +206,19 @@ async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// Lets a request through with its [`Actor`] when it carries the token
-/// (`Authorization: Bearer`) or a live session cookie. Otherwise a browser's
-/// GET goes to the login page and anything else gets 401; neither body
-/// holds any data. Another scheme in `Authorization` (a proxy's Basic) is
-/// left to the cookie.
+/// Lets a request through with its [`Actor`] when it carries a live
+/// session cookie or the token (`Authorization: Bearer`). A session is
+/// checked by its signature alone, before any bearer token, so the rate
+/// limit never refuses it. Otherwise a browser's GET goes to the login
+/// page and anything else gets 401; neither body holds any data. Another
+/// scheme in `Authorization` (a proxy's Basic) is no credential.
 async fn signed_in_only(
     State(console): State<Console>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let headers = request.headers();
+    let session = cookie::values(headers).find_map(|c| console.auth.session(c));
     let bearer = headers
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or_default())
@@ -149,31 +226,51 @@ async fn signed_in_only(
             let (scheme, token) = v.split_once(' ').unwrap_or((v, ""));
             scheme.eq_ignore_ascii_case("bearer").then_some(token)
         });
-    let actor = if let Some(token) = bearer {
-        match console.auth.check_token(token.trim(), client(&request)) {
+    let actor = match (session, bearer) {
+        (Some(actor), _) => actor,
+        (None, Some(token)) => match console.auth.check_token(token.trim(), client(&request)) {
             Check::Valid => Actor::Bearer,
             Check::Invalid => {
                 tracing::warn!("console: a request with a wrong bearer token was refused");
                 return unauthorized();
             }
-            Check::Limited(wait) => return views::too_many_attempts(wait),
+            Check::Limited(refusal) => return refused(&console, refusal),
+        },
+        (None, None) if request.method() == Method::GET => {
+            let next = request
+                .uri()
+                .path_and_query()
+                .map_or("/console", |p| p.as_str());
+            let next = format!("/console/login?next={}", views::query_value(next));
+            return Redirect::to(&next).into_response();
         }
-    } else {
-        match cookie(headers).and_then(|c| console.auth.session(c)) {
-            Some(actor) => actor,
-            None if request.method() == Method::GET => {
-                let next = request
-                    .uri()
-                    .path_and_query()
-                    .map_or("/console", |p| p.as_str());
-                let next = format!("/console/login?next={}", views::query_value(next));
-                return Redirect::to(&next).into_response();
-            }
-            None => return unauthorized(),
-        }
+        (None, None) => return unauthorized(),
     };
     request.extensions_mut().insert(actor);
     next.run(request).await
+}
+
+/// What a token refused unchecked answers (429 with `Retry-After`),
+/// counted by the bucket that refused; an emptied bucket of all is logged
+/// as an attack, once per its refill.
+pub(super) fn refused(console: &Console, refusal: Refusal) -> Response {
+    console
+        .app
+        .metrics
+        .console_auth_throttled(refusal.scope.as_str(), 1);
+    if let Some(refused) = refusal.report {
+        tracing::warn!(
+            refused,
+            every_secs = throttle::report_every().as_secs(),
+            "console: wrong tokens from many clients used up the attempts of all: every token presented is refused for now, the right one too (sessions already open keep working); a guessing attack?"
+        );
+    } else {
+        tracing::debug!(
+            scope = refusal.scope.as_str(),
+            "console: a token was refused unchecked: too many wrong tokens lately"
+        );
+    }
+    views::too_many_attempts(refusal.wait)
 }
 
 /// Who connected, when the accept loop said.
@@ -209,16 +306,4 @@ fn unauthorized() -> Response {
         "unauthorized: send Authorization: Bearer <WEBHOOKD_ADMIN_TOKEN>, or log in at /console/login\n",
     )
         .into_response()
-}
-
-/// The session cookie's value, if the request has one.
-fn cookie(headers: &axum::http::HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value)
 }

@@ -10,6 +10,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::Console;
 use super::auth::Actor;
+use super::shown;
 use crate::events;
 use crate::ledger::EntryRow;
 use crate::outbox::store::Listed;
@@ -25,6 +26,31 @@ const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
 /// `value` percent-encoded for a query string or a path segment.
 pub fn query_value(value: &str) -> String {
     utf8_percent_encode(value, QUERY_VALUE).to_string()
+}
+
+/// The address of an event's page. The event is named in the query
+/// string, never in the path: browsers and proxies resolve `.` and `..`
+/// path segments (even written `%2E%2E`) and some decode `%2F`, so an id
+/// such as `..` or `a/b` would open another page. A query string is
+/// passed on as it is.
+pub fn event_href(provider: impl AsRef<str>, event_id: impl AsRef<str>) -> String {
+    format!("/console/event?{}", event_query(provider, event_id))
+}
+
+/// `provider=…&id=…`: what names an event in the console's addresses
+/// (its page, its replay, its payload's download).
+pub fn event_query(provider: impl AsRef<str>, event_id: impl AsRef<str>) -> String {
+    format!(
+        "provider={}&id={}",
+        query_value(provider.as_ref()),
+        query_value(event_id.as_ref())
+    )
+}
+
+/// The address of a user's page, the user named as an event is
+/// ([`event_href`]).
+pub fn user_href(user_id: impl AsRef<str>) -> String {
+    format!("/console/user?id={}", query_value(user_id.as_ref()))
 }
 
 /// What every signed-in page has around it.
@@ -54,9 +80,26 @@ pub fn page(template: &impl Template) -> Response {
     page_with(StatusCode::OK, template)
 }
 
+/// Rendered within [`shown::MAX_PAGE_BYTES`]: a page that would take
+/// more (what some table holds is far larger than what webhookd writes) is
+/// refused rather than held in memory.
 pub fn page_with(status: StatusCode, template: &impl Template) -> Response {
-    match template.render() {
-        Ok(html) => (status, Html(html)).into_response(),
+    let mut page = shown::Page::default();
+    match template.render_into(&mut page) {
+        Ok(()) => (status, Html(page.text)).into_response(),
+        Err(_) if page.over => {
+            tracing::warn!(
+                max_bytes = shown::MAX_PAGE_BYTES,
+                "a console page was refused: it would be larger than its bound"
+            );
+            page_with(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &Message {
+                    title: "Too large to show",
+                    message: "This page would be larger than 8 MiB: something stored is unusually large. webhookd explain prints it in a terminal.",
+                },
+            )
+        }
         Err(error) => {
             tracing::error!(%error, "a console template failed to render");
             (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response()
@@ -266,9 +309,9 @@ impl From<crate::payments::Row> for PaymentView {
 #[template(path = "console/event.html")]
 pub struct EventPage {
     pub chrome: Chrome,
-    pub stored: events::Stored,
-    pub payload: String,
-    pub detail: String,
+    pub stored: events::Preview,
+    pub payload: super::shown::Json,
+    pub detail: super::shown::Json,
     pub entries: Vec<EntryView>,
     pub payments: Vec<PaymentView>,
     pub subscriptions: Vec<subscriptions::Row>,
@@ -276,6 +319,8 @@ pub struct EventPage {
     /// The failed attempts of those rows.
     pub attempts: Vec<crate::outbox::store::browse::FailedAttempt>,
     pub story: Vec<(String, String)>,
+    /// The story's lines left out.
+    pub story_more: usize,
     pub notice: Option<String>,
     pub can_replay: bool,
 }

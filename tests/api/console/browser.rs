@@ -79,13 +79,23 @@ impl Page {
         Some(unescape(&href[..href.find('"')?]))
     }
 
+    /// The address of the first link whose text is `text`, unescaped.
+    pub fn link(&self, text: &str) -> String {
+        let at = self
+            .body
+            .find(&format!("\">{text}</a>"))
+            .unwrap_or_else(|| panic!("no link named {text:?} in {}", self.body));
+        let start = self.body[..at].rfind("href=\"").unwrap() + 6;
+        unescape(&self.body[start..at])
+    }
+
     /// The event ids of an events table, in the page's order.
     pub fn event_ids(&self) -> Vec<String> {
         let Some(table) = self.body.find("<table class=\"events\">") else {
             return Vec::new();
         };
         self.body[table..]
-            .split("<td class=\"id\"><a href=\"/console/events/")
+            .split("<td class=\"id\"><a href=\"/console/event?")
             .skip(1)
             .map(|cell| {
                 let text = &cell[cell.find("\">").unwrap() + 2..];

@@ -69,7 +69,7 @@ async fn a_script_in_an_event_id_user_id_or_payload_is_escaped_on_every_page(poo
     let user = browser.page(&pages[2]).await;
     assert!(
         user.body.contains(&format!(
-            "href=\"/console/events/stripe/{}\"",
+            "href=\"/console/event?provider=stripe&#38;id={}\"",
             encoded(&event_id)
         )),
         "{}",

@@ -55,14 +55,14 @@ async fn a_users_page_shows_each_wallet_formatted_and_entries_linking_to_their_e
         assert!(page.body.contains(amount), "{amount}");
     }
     for event in [
-        "stripe/evt_credit",
-        "stripe/evt_credit_2",
-        "stripe/evt_refund",
-        "razorpay/rzp_paid",
+        "stripe&#38;id=evt_credit",
+        "stripe&#38;id=evt_credit_2",
+        "stripe&#38;id=evt_refund",
+        "razorpay&#38;id=rzp_paid",
     ] {
         assert!(
             page.body
-                .contains(&format!("href=\"/console/events/{event}\"")),
+                .contains(&format!("href=\"/console/event?provider={event}\"")),
             "a link to {event}"
         );
     }
@@ -108,14 +108,14 @@ async fn an_events_page_shows_its_payload_outcome_effects_outbox_and_story(pool:
     // Its ledger entry and its outbox row, dead, with a retry.
     assert!(body.contains(&format!("<td>#{entry}</td>")));
     assert!(body.contains(">20.00<"));
-    assert!(body.contains("href=\"/console/users/user_1\""));
+    assert!(body.contains("href=\"/console/user?id=user_1\""));
     assert!(body.contains(&format!("<td>#{dead}</td><td>wallet.credited</td>")));
     assert!(body.contains("<span class=\"pill s-dead\">dead</span>"));
     assert!(body.contains("HTTP 503"));
     assert!(body.contains(&format!("action=\"/console/outbox/{dead}/retry\"")));
     assert!(
         page.body
-            .contains("name=\"back\" value=\"/console/events/stripe/evt_credit\"")
+            .contains("name=\"back\" value=\"/console/event?provider=stripe&#38;id=evt_credit\"")
     );
     // The story, as `webhookd explain` tells it.
     for line in [
@@ -126,7 +126,7 @@ async fn an_events_page_shows_its_payload_outcome_effects_outbox_and_story(pool:
     ] {
         assert!(body.contains(&line), "{line} in {body}");
     }
-    assert!(body.contains("action=\"/console/events/stripe/evt_credit/replay\""));
+    assert!(body.contains("action=\"/console/event/replay?provider=stripe&#38;id=evt_credit\""));
 
     // The charge that came second: ignored, naming its owner; its payment
     // row and receipt.

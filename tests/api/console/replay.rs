@@ -70,7 +70,7 @@ async fn a_console_replay_changes_the_stored_outcome_only_when_the_cli_would(poo
     let back = replay(&browser, "evt_applied").await;
     assert_eq!(
         back,
-        "/console/events/stripe/evt_applied?replayed=ignored&changed=false"
+        "/console/event?provider=stripe&id=evt_applied&replayed=ignored&changed=false"
     );
     assert_eq!(snapshot(&app).await, before);
     let page = browser.page(&back).await;
@@ -87,7 +87,7 @@ async fn a_console_replay_changes_the_stored_outcome_only_when_the_cli_would(poo
     let back = replay(&browser, "evt_rejected").await;
     assert_eq!(
         back,
-        "/console/events/stripe/evt_rejected?replayed=rejected&changed=false"
+        "/console/event?provider=stripe&id=evt_rejected&replayed=rejected&changed=false"
     );
     assert_eq!(snapshot(&app).await, before);
 
@@ -96,7 +96,7 @@ async fn a_console_replay_changes_the_stored_outcome_only_when_the_cli_would(poo
     let back = replay(&browser, "evt_refund").await;
     assert_eq!(
         back,
-        "/console/events/stripe/evt_refund?replayed=processed&changed=true"
+        "/console/event?provider=stripe&id=evt_refund&replayed=processed&changed=true"
     );
     let page = browser.page(&back).await;
     assert!(

@@ -1,17 +1,22 @@
 //! The events list (filters, search, keyset pages) and one event's page.
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::{PAGE_ROWS, failed, given};
 use crate::http::console::auth::Actor;
 use crate::http::console::chart;
+use crate::http::console::shown::{self, SHOWN_JSON_BYTES};
 use crate::http::console::views::{self, Chrome, EventFilterView, page, query_value};
-use crate::http::console::{Console, EventPath};
+use crate::http::console::{Console, EventRef};
 use crate::outbox::store::browse;
 use crate::{events, ledger, payments, story, subscriptions};
+
+/// Lines of an event's story its page shows at most (`webhookd explain`
+/// prints them all).
+const STORY_LINES: usize = 500;
 
 /// How an event arrived (a replay keeps the way it first came).
 const VIAS: [&str; 3] = ["webhook", "sweep", "import"];
@@ -161,11 +166,12 @@ pub struct Notice {
 pub async fn event(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(EventPath { provider, event_id }): Path<EventPath>,
+    EventRef { provider, event_id }: EventRef,
     Query(notice): Query<Notice>,
 ) -> Response {
     let pool = &console.app.pool;
-    let stored = match events::find(pool, &provider, &event_id).await {
+    let chars = i32::try_from(SHOWN_JSON_BYTES).unwrap_or(i32::MAX);
+    let stored = match events::preview(pool, &provider, &event_id, chars).await {
         Ok(Some(stored)) => stored,
         Ok(None) => {
             return views::not_found("No such event is stored: it was pruned, or never received.");
@@ -179,10 +185,12 @@ pub async fn event(
         browse::of_event(pool, &provider, &event_id),
         story::timeline(pool, &event_id),
     );
-    let (entries, payments, subscriptions, outbox, story) = match reads {
+    let (entries, payments, subscriptions, outbox, mut story) = match reads {
         Ok(reads) => reads,
         Err(error) => return failed(&error),
     };
+    let story_more = story.len().saturating_sub(STORY_LINES);
+    story.truncate(STORY_LINES);
     let ids: Vec<i64> = outbox.iter().map(|o| o.id).collect();
     let attempts = match browse::failed_attempts(pool, &ids).await {
         Ok(attempts) => attempts,
@@ -209,8 +217,16 @@ pub async fn event(
         });
     page(&views::EventPage {
         chrome: Chrome::new(&console, &actor, "events"),
-        payload: pretty(&stored.payload),
-        detail: pretty(&stored.detail.to_string()),
+        payload: shown::json(
+            &stored.payload_head,
+            usize::try_from(stored.payload_bytes).unwrap_or(0),
+            SHOWN_JSON_BYTES,
+        ),
+        detail: shown::json(
+            &stored.detail_head,
+            usize::try_from(stored.detail_bytes).unwrap_or(0),
+            SHOWN_JSON_BYTES,
+        ),
         can_replay: stored.outcome != "imported",
         stored,
         entries: entries.into_iter().map(Into::into).collect(),
@@ -219,15 +235,9 @@ pub async fn event(
         outbox,
         attempts,
         story,
+        story_more,
         notice,
     })
-}
-
-/// JSON indented for reading; as stored when it is not JSON.
-fn pretty(json: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(json)
-        .and_then(|v| serde_json::to_string_pretty(&v))
-        .unwrap_or_else(|_| json.to_owned())
 }
 
 #[cfg(test)]

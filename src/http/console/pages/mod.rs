@@ -1,19 +1,21 @@
 //! The console's pages: reads only.
 
+mod download;
 mod events;
 mod outbox;
 
+pub use download::payload;
 pub use events::{event, events};
 pub use outbox::{OutboxQuery, bulk_retry, outbox};
 
 use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 
 use super::auth::Actor;
 use super::chart;
 use super::views::{self, Chrome, SweepView, age, page};
-use super::{Console, UserPath};
+use super::{Console, UserRef};
 use crate::outbox::store;
 use crate::{ledger, payments, subscriptions, sweep};
 
@@ -94,7 +96,7 @@ async fn live(console: &Console) -> views::Live {
 fn sweep_view(run: sweep::store::Run) -> SweepView {
     let (result, failed) = match &run.last_result {
         Some(result) => match result.get("error").and_then(|e| e.as_str()) {
-            Some(error) => (format!("failed: {error}"), true),
+            Some(error) => (format!("failed: {}", super::shown::text(error)), true),
             None => (
                 format!(
                     "{} recovered, {} already seen",
@@ -124,7 +126,7 @@ fn sweep_view(run: sweep::store::Run) -> SweepView {
 pub async fn user(
     State(console): State<Console>,
     Extension(actor): Extension<Actor>,
-    Path(UserPath { user_id }): Path<UserPath>,
+    UserRef(user_id): UserRef,
 ) -> Response {
     let pool = &console.app.pool;
     let reads = tokio::try_join!(
