@@ -96,7 +96,9 @@ impl LiveMode {
 }
 
 /// Which events the built-in source `stripe` takes: its mode and its
-/// Connect accounts (see [`crate::providers::Scope`]).
+/// Connect accounts (see [`crate::providers::Scope`]). Read as text, so
+/// that an empty value (as `${VAR:-}` in compose files gives) is unset,
+/// and checked by [`StripeScopeArgs::scope`] at start-up.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StripeScopeArgs {
     /// Which events the source `stripe` takes: `true` (live only), `false`
@@ -104,14 +106,13 @@ pub struct StripeScopeArgs {
     /// one is given (`sk_live_`/`rk_live_` or `sk_test_`/`rk_test_`), else
     /// `any`. Events of the other mode are recorded `rejected` and skipped
     /// by the sweep.
-    #[arg(long, env = "WEBHOOKD_SOURCE_STRIPE_LIVEMODE", value_enum)]
-    pub stripe_livemode: Option<LiveMode>,
-    /// Whether the source `stripe` takes events of connected accounts (a
-    /// Connect endpoint's, which carry `account`); without it they are
-    /// recorded `rejected`.
-    #[arg(long, env = "WEBHOOKD_SOURCE_STRIPE_CONNECT", default_value_t = false,
-          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
-    pub stripe_connect: bool,
+    #[arg(long, env = "WEBHOOKD_SOURCE_STRIPE_LIVEMODE")]
+    pub stripe_livemode: Option<String>,
+    /// `true`: the source `stripe` takes events of connected accounts (a
+    /// Connect endpoint's, which carry `account`); unset or `false`, they
+    /// are recorded `rejected`.
+    #[arg(long, env = "WEBHOOKD_SOURCE_STRIPE_CONNECT")]
+    pub stripe_connect: Option<String>,
     /// With WEBHOOKD_SOURCE_STRIPE_CONNECT: only these connected accounts'
     /// events (comma-separated `acct_…` ids); unset: any account's.
     #[arg(long, env = "WEBHOOKD_STRIPE_CONNECT_ACCOUNTS")]
@@ -125,7 +126,13 @@ impl StripeScopeArgs {
     /// other mode's events.
     pub fn scope(&self, key_mode: Option<bool>) -> anyhow::Result<crate::providers::Scope> {
         use crate::providers::{is_identifier, mode_name};
-        let livemode = match (self.stripe_livemode, key_mode) {
+        let set = match set_text(&self.stripe_livemode) {
+            None => None,
+            Some(text) => Some(LiveMode::from_str(text, true).map_err(|_| {
+                anyhow::anyhow!("WEBHOOKD_SOURCE_STRIPE_LIVEMODE is true, false or any")
+            })?),
+        };
+        let livemode = match (set, key_mode) {
             (Some(set), Some(key)) if set.livemode().is_some_and(|mode| mode != key) => {
                 anyhow::bail!(
                     "STRIPE_API_KEY is a {} key but WEBHOOKD_SOURCE_STRIPE_LIVEMODE takes {} events: \
@@ -137,8 +144,16 @@ impl StripeScopeArgs {
             (Some(set), _) => set.livemode(),
             (None, key) => key,
         };
-        let accounts = match self.stripe_connect_accounts.as_deref().map(str::trim) {
-            None | Some("") => None,
+        let connect = match set_text(&self.stripe_connect).map(str::to_ascii_lowercase) {
+            None => false,
+            Some(text) => match text.as_str() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" => false,
+                _ => anyhow::bail!("WEBHOOKD_SOURCE_STRIPE_CONNECT is true or false"),
+            },
+        };
+        let accounts = match set_text(&self.stripe_connect_accounts) {
+            None => None,
             Some(list) => {
                 let accounts: std::collections::BTreeSet<String> = list
                     .split(',')
@@ -155,8 +170,16 @@ impl StripeScopeArgs {
         };
         Ok(crate::providers::Scope {
             livemode,
-            connect: self.stripe_connect,
+            connect,
             accounts,
         })
     }
+}
+
+/// A setting's text, trimmed; `None` when unset or empty.
+fn set_text(value: &Option<String>) -> Option<&str> {
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
 }
