@@ -116,16 +116,6 @@ impl Event {
         Event { via, ..self }
     }
 
-    /// Whether it is a live event, when its envelope says (Stripe).
-    pub fn livemode(&self) -> Option<bool> {
-        self.livemode
-    }
-
-    /// The connected account whose event it is (Stripe Connect).
-    pub fn account(&self) -> Option<&str> {
-        self.account.as_deref()
-    }
-
     /// Why its source does not take it, when it does not: the reason it is
     /// recorded `rejected` with, without effects.
     pub fn refusal(&self) -> Option<&str> {
@@ -207,11 +197,8 @@ pub(super) fn delivered_id(event_id: &str) -> Result<&str, SignatureError> {
 /// `x-razorpay-event-id`): each contains a `:`, and no id Stripe, Razorpay
 /// or PayPal gives an event ever does (`evt_…`, `WH-…`).
 pub fn is_own_id(event_id: &str) -> bool {
-    event_id.contains(OWN_ID_SEPARATOR)
+    event_id.contains(':')
 }
-
-/// The separator of the ids webhookd makes up ([`is_own_id`]).
-pub const OWN_ID_SEPARATOR: char = ':';
 
 /// A generic source's event: the whole verified body is its object. Its type
 /// comes from a header, else (`None`) from the body's `type`, else it is

@@ -159,9 +159,19 @@ pub(crate) async fn apply(
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
     let outcome = match mode {
+        Mode::Apply => apply_one(pool, event).await?,
         Mode::Import if import(pool, event).await? => Outcome::Processed,
         Mode::Import => Outcome::Duplicate,
-        _ => apply_one(pool, event).await?,
+        // Counted all at once, writing nothing.
+        Mode::DryRun => {
+            return count_unseen(
+                pool,
+                event.provider(),
+                &[event.event_id().to_owned()],
+                summary,
+            )
+            .await;
+        }
     };
     summary.count(outcome);
     Ok(())
