@@ -10,6 +10,7 @@ pub mod events;
 pub mod http;
 pub mod ingest;
 pub mod ledger;
+pub mod money;
 pub mod outbox;
 pub mod payments;
 pub mod providers;

@@ -4,7 +4,6 @@
 //! and never lock: they run with their [`plan`]'s locks held.
 
 mod credits;
-mod currency;
 mod money;
 pub mod paypal;
 pub mod plan;
@@ -99,7 +98,7 @@ impl Applied {
 }
 
 pub use credits::apply_credits;
-pub use currency::{MAX_AMOUNT_LEN, WITHDRAWN_STILL_SENT, currency, decimal, minor_units};
+pub use crate::money::{MAX_AMOUNT_LEN, WITHDRAWN_STILL_SENT, currency, decimal, minor_units};
 pub use money::PlainCredit;
 pub use plan::{Plan, plan};
 

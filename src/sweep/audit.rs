@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
-use crate::effects::currency;
+use crate::money::currency;
 use crate::ledger::{self, Credited};
 use crate::providers::is_identifier;
 

@@ -281,7 +281,7 @@ pub struct EntryView {
 
 impl From<EntryRow> for EntryView {
     fn from(entry: EntryRow) -> Self {
-        let amount = crate::effects::decimal(entry.amount_minor, &entry.currency);
+        let amount = crate::money::decimal(entry.amount_minor, &entry.currency);
         EntryView { entry, amount }
     }
 }
@@ -295,8 +295,8 @@ pub struct PaymentView {
 
 impl From<crate::payments::Row> for PaymentView {
     fn from(payment: crate::payments::Row) -> Self {
-        let amount = crate::effects::decimal(payment.amount_minor, &payment.currency);
-        let refunded = crate::effects::decimal(payment.refunded_minor, &payment.currency);
+        let amount = crate::money::decimal(payment.amount_minor, &payment.currency);
+        let refunded = crate::money::decimal(payment.refunded_minor, &payment.currency);
         PaymentView {
             payment,
             amount,

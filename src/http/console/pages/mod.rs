@@ -146,7 +146,7 @@ pub async fn user(
         wallets: wallets
             .into_iter()
             .map(|w| {
-                let balance = crate::effects::decimal(w.balance_minor, &w.currency);
+                let balance = crate::money::decimal(w.balance_minor, &w.currency);
                 (w.currency, balance, w.updated_at)
             })
             .collect(),

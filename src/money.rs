@@ -1,7 +1,9 @@
-//! Currencies: ISO 4217 codes with a minor unit, as the upper-case code,
-//! and decimal amounts in them as integers of that unit.
+//! Money at the bottom of everything: ISO 4217 currencies with a minor
+//! unit, as the upper-case code, and decimal amounts in them as integers of
+//! that unit, read exactly and formatted back.
 
-use super::Reason;
+/// Why an amount cannot be read.
+type Reason = String;
 
 /// An ISO 4217 code, in any case, as the upper-case code (`usd` -> `USD`):
 /// a current one (the maintained list of the `iso_currency` crate) or one
