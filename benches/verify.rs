@@ -228,5 +228,9 @@ fn credit(bencher: Bencher) {
         stripe_body(1024),
     )
     .expect("an event");
-    bencher.bench(|| effects::plan(&event).credit.expect("a plain credit"));
+    bencher.bench(|| {
+        let unit = effects::decode(event.clone());
+        assert!(unit.is_credit(), "a plain credit");
+        unit
+    });
 }

@@ -9,6 +9,7 @@ pub mod effects;
 pub mod events;
 pub mod http;
 pub mod ingest;
+pub mod invoices;
 pub mod ledger;
 pub mod money;
 pub mod outbox;

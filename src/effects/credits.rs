@@ -1,102 +1,78 @@
-//! Credits many to a statement, whichever provider's, and the payment rows
-//! that captures record before their credit.
+//! Credits, many to a statement, whichever provider's: the payment rows
+//! that captures record before their credit, then one ledger entry per
+//! credit (natural key, balance in the same statement), each announced as
+//! `wallet.credited`. A credit that events were deferred for says so
+//! ([`Applied::releases`]); the engine applies them. And payment rows that
+//! only record a status.
 
-use super::Error;
-use serde_json::json;
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::{Applied, PlainCredit, Plan, Reason, money, paypal, razorpay};
-use crate::payments::{self, Payment, Recorded};
-use crate::providers::{Event, Kind};
+use super::Decoded;
+use super::effect::{Applied, Effect, Error, PaymentRecord, PlainCredit};
+use crate::ledger::{self, EntryKind, NewEntry};
+use crate::payments::{self, Recorded};
+use crate::providers::Event;
+use crate::{events, outbox};
 
-/// Applies events whose plans carry a credit ([`Plan::credit`]), in order,
-/// the credits sharing their statements: first the payment rows of those
-/// that record one ([`Plan::records_payment`]; a payment stored with another
-/// amount or currency rejects its event), then the credits. Payment rows and
-/// credits touch different tables, so the result is that of one event at a
-/// time. Call with their plans' locks held.
+/// Applies a run of credits ([`Effect::Credit`]) in order, the credits
+/// sharing their statements: first the payment rows of those that record
+/// one (a payment stored with another amount or currency rejects its
+/// event), then the credits. Payment rows and credits touch different
+/// tables, so the result is that of one event at a time. Answers a prefix
+/// of `run` (never empty when `run` is not): it stops after a credit that
+/// releases deferred events ([`Applied::releases`]), which apply before the
+/// rest. Call with their plans' locks held.
 pub async fn apply_credits(
     conn: &mut PgConnection,
-    units: &[(&Event, &Plan)],
+    run: &[&Decoded],
 ) -> Result<Vec<Applied>, Error> {
-    let mut applied: Vec<Option<Applied>> = vec![None; units.len()];
-    let mut crediting = Vec::with_capacity(units.len());
-    for (i, (event, plan)) in units.iter().enumerate() {
-        let credit = plan.credit.as_ref().ok_or(Error::Invariant(
-            "a run of credits holds an event without a credit",
-        ))?;
-        if plan.records_payment
-            && let Some(rejected) = record_capture(conn, event).await?
+    let mut applied: Vec<Option<Applied>> = Vec::with_capacity(run.len());
+    let mut crediting: Vec<(usize, (&Event, &PlainCredit))> = Vec::with_capacity(run.len());
+    for (i, unit) in run.iter().enumerate() {
+        let Effect::Credit { credit, payment } = unit.effect() else {
+            return Err(Error::Invariant(
+                "a run of credits holds an event without a credit",
+            ));
+        };
+        applied.push(None);
+        if let Some(payment) = payment
+            && let Some(rejected) = record_capture(conn, unit.event(), payment).await?
         {
             applied[i] = Some(rejected);
             continue;
         }
-        crediting.push((i, (*event, credit)));
+        crediting.push((i, (unit.event(), credit)));
     }
     let credits: Vec<(&Event, &PlainCredit)> = crediting.iter().map(|(_, c)| *c).collect();
-    for ((i, _), credited) in crediting
-        .iter()
-        .zip(money::credit_all(conn, &credits).await?)
-    {
+    let credited = credit_all(conn, &credits).await?;
+    // Credits after one that released deferred events wait for the next
+    // run, and so do the events after them.
+    let end = match crediting.get(credited.len()) {
+        Some((next, _)) => *next,
+        None => run.len(),
+    };
+    for ((i, _), credited) in crediting.iter().zip(credited) {
         applied[*i] = Some(credited);
     }
+    applied.truncate(end);
     applied
         .into_iter()
         .collect::<Option<Vec<_>>>()
         .ok_or(Error::Invariant("a credit in the run has no outcome"))
 }
 
-/// A provider's payment as its event carries it: its row in `payments`.
-pub(super) trait PaymentRow {
-    fn row(&self) -> Payment<'_>;
-}
-
-/// Applies a capture as a run of one credit ([`apply_credits`]), which
-/// records its payment row first, or rejects it with why `parsed` says it
-/// can never apply.
-pub(super) async fn apply_capture<T>(
+/// Upserts the payment row of a capture as the event that announces it:
+/// `Some(rejected)` when the stored payment has another amount or currency
+/// (then nothing is credited).
+async fn record_capture(
     conn: &mut PgConnection,
     event: &Event,
-    parsed: &Result<T, Reason>,
-) -> Result<Applied, Error> {
-    if let Err(reason) = parsed {
-        return Ok(Applied::rejected(reason.as_str()));
-    }
-    let plan = super::plan(event);
-    if plan.credit.is_none() {
-        return Err(Error::Invariant("a well-formed capture plans no credit"));
-    }
-    let mut applied = apply_credits(conn, &[(event, &plan)]).await?;
-    applied
-        .pop()
-        .ok_or(Error::Invariant("a capture has no outcome"))
-}
-
-/// Records a capture's payment row, before its credit, by its provider's
-/// reading of it. `Some(rejected)` when the capture cannot apply or the
-/// stored payment has another amount or currency: then nothing is credited.
-async fn record_capture(conn: &mut PgConnection, event: &Event) -> Result<Option<Applied>, Error> {
-    match event.kind() {
-        Kind::Razorpay => record_captured_row(conn, event, &razorpay::capture(event)).await,
-        Kind::Paypal => record_captured_row(conn, event, &paypal::capture(event)).await,
-        Kind::Stripe | Kind::Source => Err(Error::Invariant(
-            "only Razorpay and PayPal captures record a payment before crediting",
-        )),
-    }
-}
-
-/// Upserts the payment row of a capture (`parsed`: its payment and credit)
-/// as the event that announces it: `Some(rejected)` when the capture cannot
-/// apply or the stored payment has another amount or currency.
-async fn record_captured_row<P: PaymentRow, C>(
-    conn: &mut PgConnection,
-    event: &Event,
-    parsed: &Result<(P, C), Reason>,
+    payment: &PaymentRecord,
 ) -> Result<Option<Applied>, Error> {
-    let row = match parsed {
-        Ok((payment, _)) => payment.row(),
-        Err(reason) => return Ok(Some(Applied::rejected(reason.as_str()))),
-    };
+    let row = payment.row(event.provider());
     Ok(
         match payments::upsert(conn, &row, Some(event.event_id())).await? {
             Recorded::Differs => Some(Applied::rejected(payments::DIFFERS)),
@@ -106,18 +82,195 @@ async fn record_captured_row<P: PaymentRow, C>(
 }
 
 /// Upserts a payment row that only records a status (a failed, pending or
-/// declined payment), or rejects the event with why `parsed` says it can
-/// never apply. Its status never moves back, so it never undoes a capture.
-pub(super) async fn record_status<P: PaymentRow>(
+/// declined payment). Its status never moves back, so it never undoes a
+/// capture.
+pub(super) async fn record_status(
     conn: &mut PgConnection,
-    parsed: &Result<P, Reason>,
+    event: &Event,
+    payment: &PaymentRecord,
 ) -> Result<Applied, Error> {
-    let row = match parsed {
-        Ok(payment) => payment.row(),
-        Err(reason) => return Ok(Applied::rejected(reason.as_str())),
-    };
+    let row = payment.row(event.provider());
     Ok(match payments::upsert(conn, &row, None).await? {
         Recorded::Recorded { .. } => Applied::processed(json!({ "payment_id": row.payment_id })),
         Recorded::Differs => Applied::rejected(payments::DIFFERS),
     })
+}
+
+/// Applies credits in order, in a handful of statements whatever their
+/// number: the entries and wallets in one, the `wallet.credited` rows (each
+/// with the balance right after its entry) in one. Of two events crediting
+/// one payment, the first in `credits` (or before) owns the credit; the
+/// other is `ignored` with the owner. It stops after the first credit that
+/// events were deferred for ([`Applied::releases`]), so that they apply
+/// before the credits after it are posted, exactly as one credit per
+/// transaction would: the answers are for a prefix of `credits`, never
+/// empty when `credits` is not. Call with the credits' and wallets' locks
+/// held (the engine takes them), so that every credit and deferred refund
+/// committed before is seen.
+async fn credit_all(
+    conn: &mut PgConnection,
+    credits: &[(&Event, &PlainCredit)],
+) -> Result<Vec<Applied>, Error> {
+    let entries: Vec<NewEntry<'_>> = credits
+        .iter()
+        .map(|(event, credit)| NewEntry {
+            user_id: &credit.user_id,
+            currency: &credit.currency,
+            amount_minor: credit.amount_minor,
+            kind: EntryKind::Credit,
+            provider: event.provider(),
+            source_ref: &credit.source_ref,
+            event_id: event.event_id(),
+            parent_ref: None,
+        })
+        .collect();
+    let waiting = waiting_for(conn, &entries).await?;
+    // Up to and including the first credit that events wait for.
+    let end = entries
+        .iter()
+        .position(|e| waiting.contains(&(e.provider, e.source_ref)))
+        .map_or(entries.len(), |i| i + 1);
+    post_credits(conn, &entries[..end], &credits[..end], &waiting).await
+}
+
+/// Posts and announces `entries`; the last may release what waits for it.
+async fn post_credits(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'_>],
+    credits: &[(&Event, &PlainCredit)],
+    waiting: &HashSet<(&str, &str)>,
+) -> Result<Vec<Applied>, Error> {
+    let posted = ledger::post(conn, entries).await?;
+    let payloads: Vec<Option<Value>> = entries
+        .iter()
+        .zip(&posted)
+        .zip(credits)
+        .map(|((entry, posted), (_, credit))| {
+            posted.map(|posted| announcement(entry, posted, credit.context.clone()))
+        })
+        .collect();
+    let wallets: Vec<String> = entries
+        .iter()
+        .map(|e| ledger::wallet_key(e.user_id, e.currency))
+        .collect();
+    let messages: Vec<outbox::Message<'_>> = entries
+        .iter()
+        .zip(&payloads)
+        .zip(&wallets)
+        .filter_map(|((entry, payload), wallet)| {
+            Some(outbox::Message {
+                topic: "wallet.credited",
+                provider: entry.provider,
+                event_id: entry.event_id,
+                payload: payload.as_ref()?,
+                ordering_key: Some(wallet),
+            })
+        })
+        .collect();
+    let mut outbox_ids = outbox::enqueue(conn, &messages).await?.into_iter();
+    let owners = owners_of_unposted(conn, entries, &posted).await?;
+    let mut applied = Vec::with_capacity(entries.len());
+    for (entry, posted) in entries.iter().zip(&posted) {
+        let Some(posted) = posted else {
+            let owner = owners
+                .get(&(entry.provider, entry.source_ref))
+                .ok_or(Error::Invariant(
+                    "an entry that was not posted has no owner",
+                ))?;
+            applied.push(Applied::owned_by(
+                "this payment was already credited",
+                owner,
+            ));
+            continue;
+        };
+        let outbox_id = outbox_ids.next().flatten();
+        let mut credited = Applied::processed(json!({
+            "entry_id": posted.entry_id,
+            "balance_minor": posted.balance_minor,
+            "outbox_id": outbox_id,
+            "applied_deferred": [],
+        }));
+        if waiting.contains(&(entry.provider, entry.source_ref)) {
+            credited.releases = Some(entry.source_ref.to_owned());
+        }
+        applied.push(credited);
+    }
+    Ok(applied)
+}
+
+/// The events that own the natural keys of the entries that did not post.
+async fn owners_of_unposted<'a>(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'a>],
+    posted: &[Option<ledger::Posted>],
+) -> Result<HashMap<(&'a str, &'a str), String>, Error> {
+    let mut owners = HashMap::new();
+    for (provider, kind, refs) in unposted_by_provider(entries, posted) {
+        for (source_ref, owner) in ledger::owners(conn, provider, kind, &refs).await? {
+            if let Some(key) = refs.iter().find(|r| **r == source_ref) {
+                owners.insert((provider, *key), owner);
+            }
+        }
+    }
+    Ok(owners)
+}
+
+/// The unposted entries' keys, grouped by provider and kind.
+fn unposted_by_provider<'a>(
+    entries: &[NewEntry<'a>],
+    posted: &[Option<ledger::Posted>],
+) -> Vec<(&'a str, EntryKind, Vec<&'a str>)> {
+    let mut groups: Vec<(&str, EntryKind, Vec<&str>)> = Vec::new();
+    for (entry, _) in entries.iter().zip(posted).filter(|(_, p)| p.is_none()) {
+        match groups
+            .iter_mut()
+            .find(|(p, k, _)| *p == entry.provider && *k == entry.kind)
+        {
+            Some((_, _, refs)) => refs.push(entry.source_ref),
+            None => groups.push((entry.provider, entry.kind, vec![entry.source_ref])),
+        }
+    }
+    groups
+}
+
+/// Which of the credits' payments have events waiting for them
+/// (`(provider, key)`).
+async fn waiting_for<'a>(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'a>],
+) -> Result<HashSet<(&'a str, &'a str)>, Error> {
+    let mut providers: Vec<&str> = entries.iter().map(|e| e.provider).collect();
+    providers.sort_unstable();
+    providers.dedup();
+    let mut waiting = HashSet::new();
+    for provider in providers {
+        let refs: Vec<&str> = entries
+            .iter()
+            .filter(|e| e.provider == provider)
+            .map(|e| e.source_ref)
+            .collect();
+        let found = events::waiting(conn, provider, &refs).await?;
+        waiting.extend(
+            refs.into_iter()
+                .filter(|r| found.contains(*r))
+                .map(|r| (provider, r)),
+        );
+    }
+    Ok(waiting)
+}
+
+/// The `wallet.*` payload of a posted entry: `{user_id, currency,
+/// amount_minor (positive), balance_minor, entry_id}` plus `context`.
+pub(super) fn announcement(entry: &NewEntry<'_>, posted: ledger::Posted, context: Value) -> Value {
+    let mut payload = json!({
+        "user_id": entry.user_id,
+        "currency": entry.currency,
+        "amount_minor": entry.amount_minor.abs(),
+        "balance_minor": posted.balance_minor,
+        "entry_id": posted.entry_id,
+    });
+    if let (Value::Object(fields), Value::Object(extra)) = (&mut payload, context) {
+        fields.extend(extra);
+    }
+    payload
 }

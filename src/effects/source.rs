@@ -2,15 +2,14 @@
 //! outbox row `source.<name>` carrying the verified payload, claimed and
 //! written in the same transaction as the event.
 
-use super::Error;
 use serde_json::json;
 use sqlx::PgConnection;
 
-use super::Applied;
+use super::effect::{Applied, Error};
 use crate::outbox;
 use crate::providers::Event;
 
-pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
+pub(super) async fn forward(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
     let topic = format!("source.{}", event.provider());
     let message = outbox::Message {
         topic: &topic,

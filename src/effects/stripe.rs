@@ -1,5 +1,5 @@
-//! Stripe's effects (the README's "What each Stripe event does"). The wallet owner is
-//! `metadata.user_id` on the event's object.
+//! Stripe's decoder (the README's "What each Stripe event does"). The
+//! wallet owner is `metadata.user_id` on the event's object.
 //!
 //! | event type | effect |
 //! |---|---|
@@ -8,254 +8,236 @@
 //! | `charge.refunded` | debit what this charge has not debited yet |
 //! | `invoice.paid` | `invoice.paid`, once per invoice |
 //! | `customer.subscription.created/updated/deleted` | guarded upsert, `subscription.changed` |
+//!
+//! A new type is one row of [`DECODERS`] and, when its effect is a new
+//! kind, one applier (`effects::apply`).
 
-use super::Error;
-use serde_json::json;
-use sqlx::PgConnection;
+use serde_json::{Value, json};
 
-mod objects;
-
-use super::money::{self, Debit, Found, PlainCredit};
-use super::plan::{Plan, credit_key, invoice_key, subscription_key};
-use super::{Applied, Outcome};
-use crate::ledger::{self, EntryKind};
-use crate::outbox;
-use crate::payments::{self, Recorded};
+use super::effect::{Effect, PaymentRecord, PlainCredit, Reason, StripeCharge, StripeInvoice};
+use super::fields::{
+    currency_at, id_at, loose_id_at, loose_ident_at, owner_at, refund_status, required_ident,
+    str_at, unix_at,
+};
+use crate::money::currency;
 use crate::providers::Event;
-use objects::{Charge, Invoice, PaymentIntent, parse_subscription};
+use crate::subscriptions::Subscription;
 
 pub use crate::providers::stripe::PROVIDER;
 
-/// Every event type [`apply`] gives an effect: what a sweep lists (Stripe
-/// takes at most 20 `types[]`).
-pub const HANDLED_TYPES: [&str; 7] = [
-    "payment_intent.succeeded",
-    "charge.succeeded",
-    "charge.refunded",
-    "invoice.paid",
-    "customer.subscription.created",
-    "customer.subscription.updated",
-    "customer.subscription.deleted",
+type Decoder = fn(&Event) -> Result<Effect, Reason>;
+
+/// Each event type with an effect, and how its payload becomes one.
+const DECODERS: [(&str, Decoder); 7] = [
+    ("payment_intent.succeeded", payment_intent),
+    ("charge.succeeded", |event| {
+        Ok(Effect::Receipt(charge(event)?))
+    }),
+    ("charge.refunded", charge_refund),
+    ("invoice.paid", |event| {
+        Ok(Effect::InvoicePaid(invoice(event)?))
+    }),
+    ("customer.subscription.created", subscription),
+    ("customer.subscription.updated", subscription),
+    ("customer.subscription.deleted", subscription),
 ];
 
-pub async fn apply(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    match event.event_type() {
-        "payment_intent.succeeded" => credit(conn, event).await,
-        "charge.succeeded" => record_charge(conn, event).await,
-        "charge.refunded" => refund(conn, event).await,
-        "invoice.paid" => invoice_paid(conn, event).await,
-        "customer.subscription.created"
-        | "customer.subscription.updated"
-        | "customer.subscription.deleted" => subscription(conn, event).await,
-        _ => Ok(Applied::ignored("event type has no effect")),
+/// Every event type [`decode`] gives an effect: what a sweep lists (Stripe
+/// takes at most 20 `types[]`).
+pub const HANDLED_TYPES: [&str; DECODERS.len()] = types(DECODERS);
+
+const fn types<const N: usize>(decoders: [(&'static str, Decoder); N]) -> [&'static str; N] {
+    let mut types = [""; N];
+    let mut i = 0;
+    while i < N {
+        types[i] = decoders[i].0;
+        i += 1;
+    }
+    types
+}
+
+/// The credit a succeeded PaymentIntent object gives its owner, as
+/// `payment_intent.succeeded` applies it: what an audit against Stripe's
+/// own list expects in the ledger.
+pub fn payment_intent_credit(intent: &Value) -> Result<PlainCredit, Reason> {
+    intent_credit(intent)
+}
+
+/// What `event` does.
+pub(super) fn decode(event: &Event) -> Effect {
+    match DECODERS
+        .iter()
+        .find(|(kind, _)| *kind == event.event_type())
+    {
+        Some((_, decoder)) => Effect::from_result(decoder(event)),
+        None => Effect::Ignored("event type has no effect"),
     }
 }
 
-/// Credits the owner's wallet once per PaymentIntent.
-async fn credit(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    match PaymentIntent::parse(event.object()) {
-        Ok(intent) => money::credit(conn, event, intent.credit()).await,
-        Err(reason) => Ok(Applied::rejected(reason)),
-    }
-}
+// Stripe's objects as the effects read them, validated: every id an
+// identifier, every currency ISO 4217, no refund above its charge.
 
-/// What `event` will lock ([`super::plan`]), from the same parse as its
-/// effect.
-pub(super) fn plan(event: &Event) -> Plan {
-    let object = event.object();
-    match event.event_type() {
-        "payment_intent.succeeded" => match PaymentIntent::parse(object) {
-            Ok(intent) => {
-                let credit = PlainCredit::from(intent.credit());
-                Plan {
-                    keys: vec![credit_key(PROVIDER, intent.id)],
-                    wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
-                    credit: Some(credit),
-                    ..Plan::default()
-                }
-            }
-            Err(_) => Plan::default(),
-        },
-        "charge.succeeded" | "charge.refunded" => match Charge::parse(object) {
-            // A charge's row is written under its intent's key, as its
-            // refunds are.
-            Ok(charge) => Plan {
-                keys: vec![credit_key(
-                    PROVIDER,
-                    charge.payment_intent.unwrap_or(charge.id),
-                )],
-                debits: (event.event_type() == "charge.refunded")
-                    .then_some(charge.payment_intent)
-                    .flatten()
-                    .map(str::to_owned),
-                ..Plan::default()
-            },
-            Err(_) => Plan::default(),
-        },
-        "invoice.paid" => match Invoice::parse(object) {
-            Ok(invoice) => Plan::keyed(vec![invoice_key(PROVIDER, invoice.id)]),
-            Err(_) => Plan::default(),
-        },
-        "customer.subscription.created"
-        | "customer.subscription.updated"
-        | "customer.subscription.deleted" => match parse_subscription(object) {
-            Ok(next) => Plan::keyed(vec![subscription_key(PROVIDER, &next.subscription_id)]),
-            Err(_) => Plan::default(),
-        },
-        _ => Plan::default(),
-    }
-}
-
-/// Records the charge; the first event that announces it sends the receipt.
-/// The wallet credit belongs to `payment_intent.succeeded`: when that came
-/// first, this event is recorded `ignored` with the credit's owner (the
-/// payment row and its receipt are still written).
-async fn record_charge(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    let charge = match Charge::parse(event.object()) {
-        Ok(charge) => charge,
-        Err(reason) => return Ok(Applied::rejected(reason)),
-    };
-    let owner = match payments::upsert(conn, &charge.payment(), Some(event.event_id())).await? {
-        Recorded::Recorded { receipt_owner } => receipt_owner,
-        Recorded::Differs => return Ok(Applied::rejected(payments::DIFFERS)),
-    };
-    if let Some(owner) = owner.as_deref().filter(|owner| *owner != event.event_id()) {
-        return Ok(Applied::owned_by("this charge was already recorded", owner));
-    }
-    let payload = json!({
-        "payment_id": charge.id,
-        "payment_intent": charge.payment_intent,
-        "user_id": charge.user_id,
-        "amount_minor": charge.amount_minor,
-        "currency": charge.currency,
-        "status": charge.status,
-    });
-    let payment = format!("{PROVIDER}:payment:{}", charge.id);
-    let receipt = outbox::Message {
-        topic: "payment.receipt",
-        provider: PROVIDER,
-        event_id: event.event_id(),
-        payload: &payload,
-        ordering_key: Some(&payment),
-    };
-    let outbox_id = outbox::enqueue_one(conn, receipt).await?;
-    let credit = match charge.payment_intent {
-        Some(intent) => ledger::find(conn, PROVIDER, EntryKind::Credit, intent).await?,
-        None => None,
-    };
-    Ok(match credit {
-        Some(credit) => Applied {
-            outcome: Outcome::Ignored,
-            detail: json!({
-                "reason": "the payment intent was already credited",
-                "owner_event_id": credit.event_id,
-                "receipt_outbox_id": outbox_id,
-            }),
-        },
-        None => Applied::processed(json!({ "outbox_id": outbox_id })),
+/// `payment_intent.succeeded`: credits `metadata.user_id` with
+/// `amount_received` (else `amount`), keyed by the intent.
+fn payment_intent(event: &Event) -> Result<Effect, Reason> {
+    Ok(Effect::Credit {
+        credit: intent_credit(event.object())?,
+        payment: None,
     })
 }
 
-/// Debits the wallet credited for the charge's PaymentIntent by
-/// `amount_refunded` minus what was already debited for this charge (never
-/// negative, never more than what is left of the credit). Deferred until
-/// that credit exists. A refund in another currency than its credit's, or
-/// of a charge recorded with another amount or currency, is rejected before
-/// anything is written.
-async fn refund(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    let charge = match Charge::parse(event.object()) {
-        Ok(charge) => charge,
-        Err(reason) => return Ok(Applied::rejected(reason)),
-    };
-    let Some(payment_intent) = charge.payment_intent else {
-        return Ok(Applied::rejected(
-            "charge has no payment_intent, so no wallet credit to debit",
-        ));
-    };
-    if charge.amount_refunded_minor <= 0 {
-        return Ok(Applied::rejected(
-            "charge.refunded without a positive amount_refunded",
-        ));
-    }
-    let credit = match money::credit_or_defer(conn, event, payment_intent, charge.currency).await? {
-        Found::Credit(credit) => credit,
-        Found::Deferred => return Ok(Applied::deferred(payment_intent)),
-        Found::Mismatch(reason) => return Ok(Applied::rejected(reason)),
-    };
-    if let Recorded::Differs = payments::upsert(conn, &charge.payment(), None).await? {
-        return Ok(Applied::rejected(payments::DIFFERS));
-    }
-    let source_ref = refund_key(charge.id, charge.amount_refunded_minor);
-    if let Some(owner) = ledger::find(conn, PROVIDER, EntryKind::Refund, &source_ref).await? {
-        return Ok(Applied::owned_by(
-            "this refund was already debited",
-            &owner.event_id,
-        ));
-    }
-    let refunded = ledger::refunded(conn, PROVIDER, payment_intent, Some(charge.id)).await?;
-    let outstanding = charge.amount_refunded_minor - refunded.matching_minor;
-    if outstanding <= 0 {
-        return Ok(Applied::superseded(json!({
-            "reason": "a larger refund of this charge was already debited",
-            "debited_minor": refunded.matching_minor,
-        })));
-    }
-    let amount_minor = outstanding.min(credit.amount_minor - refunded.total_minor);
-    if amount_minor <= 0 {
-        return Ok(Applied::ignored("the credit is already fully refunded"));
-    }
-    let debit = Debit {
-        credit: &credit,
-        parent_ref: payment_intent,
-        source_ref: &source_ref,
+fn intent_credit(object: &Value) -> Result<PlainCredit, Reason> {
+    let id = required_ident(
+        object,
+        "/id",
+        "payment intent id",
+        "payment intent has no id",
+    )?;
+    let user_id =
+        owner_at(object, "/metadata/user_id")?.ok_or("payment intent has no metadata.user_id")?;
+    let amount_minor = object
+        .get("amount_received")
+        .filter(|amount| !amount.is_null())
+        .or_else(|| object.get("amount"))
+        .and_then(Value::as_i64)
+        .filter(|amount| *amount > 0)
+        .ok_or("payment intent has no positive integer amount_received or amount")?;
+    Ok(PlainCredit {
+        user_id: user_id.to_owned(),
+        currency: currency_at(object, "/currency", "payment intent")?.to_owned(),
         amount_minor,
-        context: json!({ "payment_intent": payment_intent, "charge": charge.id }),
-    };
-    money::debit(conn, event, debit).await
+        source_ref: id.to_owned(),
+        context: json!({ "payment_intent": id }),
+    })
 }
 
-/// The natural key of a charge's refunds: `{charge id}:{amount_refunded}`
-/// (cumulative, so each larger total is a new entry for the difference).
-/// [`ledger::refunded`] matches exactly this shape, never a prefix.
-fn refund_key(charge: &str, amount_refunded_minor: i64) -> String {
-    format!("{charge}:{amount_refunded_minor}")
-}
-
-async fn invoice_paid(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    let invoice = match Invoice::parse(event.object()) {
-        Ok(invoice) => invoice,
-        Err(reason) => return Ok(Applied::rejected(reason)),
+/// A charge object (`charge.succeeded`, `charge.refunded`), validated: its
+/// refunded amount never exceeds its amount.
+fn charge(event: &Event) -> Result<StripeCharge, Reason> {
+    let object = event.object();
+    let id = required_ident(object, "/id", "charge id", "charge has no id")?;
+    let amount_minor = object
+        .get("amount")
+        .and_then(Value::as_i64)
+        .filter(|amount| *amount >= 0)
+        .ok_or("charge has no non-negative integer amount")?;
+    let refunded_minor = match object.get("amount_refunded") {
+        None | Some(Value::Null) => 0,
+        Some(value) => value
+            .as_i64()
+            .filter(|amount| *amount >= 0)
+            .ok_or("charge has a malformed amount_refunded")?,
     };
-    let payload = json!({
-        "invoice_id": invoice.id,
-        "customer_id": invoice.customer_id,
-        "subscription_id": invoice.subscription_id,
-        "user_id": invoice.user_id,
-        "amount_paid_minor": invoice.amount_paid_minor,
-        "currency": invoice.currency,
-    });
-    let message = outbox::Message {
-        topic: "invoice.paid",
-        provider: PROVIDER,
-        event_id: event.event_id(),
-        payload: &payload,
-        ordering_key: None,
-    };
-    match outbox::enqueue_one(conn, message).await? {
-        Some(outbox_id) => Ok(Applied::processed(json!({ "outbox_id": outbox_id }))),
-        None => {
-            let owner = outbox::store::invoice_paid_owner(conn, PROVIDER, invoice.id).await?;
-            Ok(Applied::owned_by(
-                "this invoice was already announced",
-                owner.as_deref().unwrap_or("unknown"),
-            ))
-        }
+    if refunded_minor > amount_minor {
+        return Err("charge has an amount_refunded larger than its amount".into());
     }
+    let status =
+        refund_status(amount_minor, refunded_minor).unwrap_or(match str_at(object, "/status") {
+            Some("pending") => "pending",
+            Some("failed") => "failed",
+            _ => "succeeded",
+        });
+    let payment_intent = id_at(object, "/payment_intent", "charge payment_intent")?;
+    Ok(StripeCharge {
+        payment: PaymentRecord {
+            payment_id: id.to_owned(),
+            payment_ref: payment_intent.map(str::to_owned),
+            user_id: loose_ident_at(object, "/metadata/user_id").map(str::to_owned),
+            amount_minor,
+            currency: currency_at(object, "/currency", "charge")?,
+            status: status.to_owned(),
+            refunded_minor,
+            created: unix_at(object, "/created"),
+        },
+    })
 }
 
-async fn subscription(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    match parse_subscription(event.object()) {
-        Ok(next) => super::apply_subscription(conn, event, next).await,
-        Err(reason) => Ok(Applied::rejected(reason)),
+/// `charge.refunded`: debits its PaymentIntent's credit.
+fn charge_refund(event: &Event) -> Result<Effect, Reason> {
+    let charge = charge(event)?;
+    if charge.payment_intent().is_none() {
+        return Err("charge has no payment_intent, so no wallet credit to debit".into());
+    }
+    if charge.payment.refunded_minor <= 0 {
+        return Err("charge.refunded without a positive amount_refunded".into());
+    }
+    Ok(Effect::ChargeRefund(charge))
+}
+
+/// An `invoice.paid` object, validated.
+fn invoice(event: &Event) -> Result<StripeInvoice, Reason> {
+    let object = event.object();
+    let owned = |id: Option<&str>| id.map(str::to_owned);
+    Ok(StripeInvoice {
+        id: required_ident(object, "/id", "invoice id", "invoice has no id")?.to_owned(),
+        customer_id: owned(loose_id_at(object, "/customer")),
+        subscription_id: owned(loose_id_at(object, "/subscription")),
+        user_id: owned(loose_ident_at(object, "/metadata/user_id")),
+        amount_paid_minor: object.pointer("/amount_paid").and_then(Value::as_i64),
+        currency: str_at(object, "/currency").and_then(currency),
+    })
+}
+
+/// `customer.subscription.*`: the guarded upsert, ordered by the event's
+/// `created`.
+fn subscription(event: &Event) -> Result<Effect, Reason> {
+    let next = parse_subscription(event.object())?;
+    Effect::subscription(next, event)
+}
+
+fn parse_subscription(object: &Value) -> Result<Subscription, Reason> {
+    let missing = "subscription has no id or status";
+    Ok(Subscription {
+        provider: PROVIDER.to_owned(),
+        subscription_id: required_ident(object, "/id", "subscription id", missing)?.to_owned(),
+        customer_id: loose_id_at(object, "/customer").map(str::to_owned),
+        user_id: loose_ident_at(object, "/metadata/user_id").map(str::to_owned),
+        status: required_ident(object, "/status", "subscription status", missing)?.to_owned(),
+        plan_id: loose_ident_at(object, "/items/data/0/price/id")
+            .or_else(|| loose_ident_at(object, "/plan/id"))
+            .map(str::to_owned),
+        // Newer API versions keep the period on the subscription item.
+        current_period_end: unix_at(object, "/current_period_end")
+            .or_else(|| unix_at(object, "/items/data/0/current_period_end")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payment_intent_prefers_amount_received() {
+        let object = json!({"id": "pi_1", "amount": 500, "amount_received": 400,
+                            "currency": "usd", "metadata": {"user_id": "u1"}});
+        let intent = intent_credit(&object).unwrap();
+        assert_eq!(
+            (intent.amount_minor, intent.currency.as_str()),
+            (400, "USD")
+        );
+        let object =
+            json!({"id": "pi_1", "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}});
+        assert_eq!(intent_credit(&object).unwrap().amount_minor, 500);
+        let object = json!({"id": "pi_1", "amount": 500, "amount_received": null,
+                            "currency": "usd", "metadata": {"user_id": "u1"}});
+        assert_eq!(intent_credit(&object).unwrap().amount_minor, 500);
+    }
+
+    #[test]
+    fn malformed_payment_intents_are_refused_with_a_reason() {
+        for object in [
+            json!({"id": "pi_1", "amount": 500, "currency": "usd", "metadata": {}}),
+            json!({"id": "pi_1", "amount": 500, "currency": "usd"}),
+            json!({"id": "pi_1", "amount": "500", "currency": "usd", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi_1", "amount": -5, "currency": "usd", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi_1", "amount": 500, "currency": "dollars", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi_1", "amount": 500, "currency": "zzz", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi\u{0}1", "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
+            json!({"id": "pi_".repeat(100), "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
+            json!({"amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
+            json!("not an object"),
+        ] {
+            assert!(intent_credit(&object).is_err(), "{object}");
+        }
     }
 }

@@ -23,21 +23,23 @@
 //! - locks are taken in one global order ([`super::engine`]), so batches
 //!   cannot deadlock with each other or with one-event transactions.
 
+mod fallback;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use metrics::Histogram;
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
-
-use super::engine::{self, Wake};
-use super::fallback;
-use super::{Receipt, receipt};
-use crate::providers::Event;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
 
 use super::Error;
+use super::engine::{self, Wake};
+pub use super::receipt::Answer;
+use super::receipt::Receipt;
+use crate::effects::{self, Decoded};
+use crate::providers::{Event, VerifiedEvent};
 
 /// How many events share a transaction, and how many batches run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +52,6 @@ pub struct BatchSettings {
     pub concurrency: usize,
 }
 
-pub type Answer = Result<Receipt, Error>;
-
 /// What the batches of this process did, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct BatchStats {
@@ -63,25 +63,69 @@ pub struct BatchStats {
     pub fallbacks: AtomicU64,
 }
 
+/// One event to apply and where its answer goes.
 struct Job {
-    event: Event,
+    unit: Decoded,
     reply: oneshot::Sender<Answer>,
+    /// Cancelled once its request gave up (answered 503): a batch that has
+    /// not committed it yet leaves it to the provider's retry.
+    gave_up: CancellationToken,
 }
 
-/// The queue in front of the executors. Cheap to clone.
+/// The request's side of a [`Job`]: dropping it (the request gave up)
+/// cancels the job.
+struct Waiting {
+    answer: oneshot::Receiver<Answer>,
+    _gives_up_when_dropped: DropGuard,
+}
+
+impl Job {
+    /// A job whose request gives up when `gave_up` is cancelled, and where
+    /// its answer arrives.
+    fn new(unit: Decoded, gave_up: CancellationToken) -> (Job, oneshot::Receiver<Answer>) {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            unit,
+            reply,
+            gave_up,
+        };
+        (job, answer)
+    }
+
+    /// A request's job: it gives up when the request drops its side.
+    fn for_request(unit: Decoded) -> (Job, Waiting) {
+        let gave_up = CancellationToken::new();
+        let guard = gave_up.clone().drop_guard();
+        let (job, answer) = Job::new(unit, gave_up);
+        let waiting = Waiting {
+            answer,
+            _gives_up_when_dropped: guard,
+        };
+        (job, waiting)
+    }
+}
+
+/// Applies verified events through the group commit: the queue in front
+/// of the executors. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Batcher {
+pub struct Ingestor {
     queue: mpsc::Sender<Job>,
     stats: Arc<BatchStats>,
     closed: CancellationToken,
 }
 
-impl Batcher {
-    /// Starts the dispatcher on `tasks`, where its batches run too. It stops
-    /// once every clone of the batcher is dropped and the queue is empty, or
-    /// at [`Batcher::close`]; batches already running finish: waiting for
-    /// `tasks` waits for them. `sizes` records each batch's events.
-    pub fn start(
+impl Ingestor {
+    /// Starts the dispatcher on `tasks` (call inside the Tokio runtime),
+    /// where its batches run too. It stops once every clone of the ingestor
+    /// is dropped and the queue is empty, or at [`Ingestor::close`];
+    /// batches already running finish: waiting for `tasks` waits for them.
+    /// `wake` is how the drainer hears of new outbox rows.
+    pub fn start(pool: PgPool, settings: BatchSettings, wake: Wake, tasks: &TaskTracker) -> Self {
+        Self::start_with_sizes(pool, settings, wake, tasks, Histogram::noop())
+    }
+
+    /// [`Ingestor::start`], recording each batch's events in `sizes`.
+    pub fn start_with_sizes(
         pool: PgPool,
         settings: BatchSettings,
         wake: Wake,
@@ -103,32 +147,36 @@ impl Batcher {
         };
         let closed = CancellationToken::new();
         tasks.spawn(dispatch(batches, jobs, settings, closed.clone()));
-        Batcher {
+        Ingestor {
             queue,
             stats,
             closed,
         }
     }
 
-    /// Stops the dispatcher: events queued and not yet in a batch, and any
-    /// submitted later, are answered [`Error::ShuttingDown`].
+    /// Stops taking events (shutdown, once the server stopped): events
+    /// queued and not yet in a batch, and any submitted later, are answered
+    /// [`Error::ShuttingDown`]; batches running finish.
     pub fn close(&self) {
         self.closed.cancel();
     }
 
-    pub fn stats(&self) -> &BatchStats {
+    pub fn batch_stats(&self) -> &BatchStats {
         &self.stats
     }
 
-    /// Queues `event` and waits for its batch's commit.
-    pub async fn submit(&self, event: Event) -> Answer {
-        let (reply, answer) = oneshot::channel();
+    /// Decodes `event` ([`effects::decode`], once) and queues it, then
+    /// waits for its batch's commit. Dropping the future (the request gave
+    /// up) takes it out of any batch not yet committing.
+    pub async fn ingest(&self, event: VerifiedEvent) -> Answer {
+        let unit = effects::decode(event.into_event());
+        let (job, waiting) = Job::for_request(unit);
         // Only a dispatcher that is gone (shutting down) drops a job.
         self.queue
-            .send(Job { event, reply })
+            .send(job)
             .await
             .map_err(|_| Error::ShuttingDown)?;
-        answer.await.map_err(|_| Error::ShuttingDown)?
+        waiting.answer.await.map_err(|_| Error::ShuttingDown)?
     }
 }
 
@@ -188,93 +236,84 @@ async fn next_batch(
 async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePermit>) {
     // A request that timed out while queued was answered 503 already: leave
     // its event to the provider's retry rather than apply it unannounced.
-    let (events, replies): (Vec<Event>, Vec<_>) = jobs
+    let jobs: Vec<Job> = jobs
         .into_iter()
-        .filter(|job| !job.reply.is_closed())
-        .map(|job| (job.event, Mutex::new(Some(job.reply))))
-        .unzip();
+        .filter(|job| !job.gave_up.is_cancelled())
+        .collect();
     let stats = &batches.stats;
     stats.batches.fetch_add(1, Ordering::Relaxed);
-    stats
-        .events
-        .fetch_add(events.len() as u64, Ordering::Relaxed);
-    batches.sizes.record(events.len() as f64);
-    let wanted = |i: usize| {
-        let reply = replies[i].lock().expect("never poisoned");
-        reply.as_ref().is_some_and(|reply| !reply.is_closed())
-    };
+    stats.events.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+    batches.sizes.record(jobs.len() as f64);
     // The next batch starts as soon as this one's statements are done: its
     // commit's WAL flush then overlaps the next batch's work.
-    let executor = Mutex::new(executor);
-    let release = || drop(executor.lock().expect("never poisoned").take());
-    match batch_releasing(&batches.pool, &events, wanted, &batches.wake, &release).await {
+    let mut executor = executor;
+    match group_commit(&batches.pool, &jobs, &batches.wake, || {
+        drop(executor.take())
+    })
+    .await
+    {
         Ok(answers) => {
-            for (reply, answer) in replies.into_iter().zip(answers) {
-                if let Some(reply) = reply.into_inner().expect("never poisoned") {
-                    // The receiver may have gone since: its request was answered 503.
-                    let _ = reply.send(answer);
-                }
+            for (job, answer) in jobs.into_iter().zip(answers) {
+                // The receiver may have gone since: its request was answered 503.
+                let _ = job.reply.send(answer);
             }
         }
         Err(error) => {
             // The next batch need not wait for these (one may wait on a
             // lock for as long as the statement timeout).
-            release();
+            drop(executor);
             stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-            let replies = replies
-                .into_iter()
-                .map(|reply| reply.into_inner().expect("never poisoned"));
-            let pending = events.iter().zip(replies).collect();
-            fallback::one_by_one(&batches.pool, &batches.wake, pending, &error).await;
+            fallback::one_by_one(&batches.pool, &batches.wake, jobs, &error).await;
         }
     }
 }
 
-/// The batch alone, without the fallback: one transaction for every wanted
-/// event. A batch that loses an event before its commit (its request gave
-/// up) rolls back and runs again without it. Answers in order; an event
-/// that is not wanted gets an error nobody reads.
+/// The batch alone, without the fallback: one transaction for every job
+/// whose request still waits. A batch that loses a job before its commit
+/// (its request gave up) rolls back and runs again without it. Answers in
+/// order; a job that gave up gets an error nobody reads. `committing` runs
+/// once, as the commit is sent.
+async fn group_commit(
+    pool: &PgPool,
+    jobs: &[Job],
+    wake: &Wake,
+    committing: impl FnOnce(),
+) -> Result<Vec<Answer>, Error> {
+    loop {
+        let live: Vec<usize> = (0..jobs.len())
+            .filter(|&i| !jobs[i].gave_up.is_cancelled())
+            .collect();
+        let units: Vec<&Decoded> = live.iter().map(|&i| &jobs[i].unit).collect();
+        let prepared = engine::prepare(pool, &units, engine::BEGIN_BATCH).await?;
+        if live.iter().any(|&i| jobs[i].gave_up.is_cancelled()) {
+            prepared.rollback().await?;
+            continue;
+        }
+        committing();
+        let outcomes = prepared.commit(wake).await?;
+        let mut answers: Vec<Answer> = jobs.iter().map(|_| abandoned()).collect();
+        for (i, outcome) in live.into_iter().zip(outcomes) {
+            answers[i] = Ok(Receipt::of(outcome, jobs[i].unit.event()));
+        }
+        return Ok(answers);
+    }
+}
+
+/// The batch path without the dispatcher and the fallback, for tests:
+/// `events` as one batch whose requests give up as `gave_up` says (one
+/// token per event). The answers, in order, once it committed.
 pub async fn try_batch(
     pool: &PgPool,
     events: &[Event],
-    wanted: impl Fn(usize) -> bool,
+    gave_up: &[CancellationToken],
     wake: &Wake,
 ) -> Result<Vec<Answer>, Error> {
-    batch_releasing(pool, events, wanted, wake, &|| {}).await
-}
-
-/// [`try_batch`], calling `committing` as the commit is sent.
-async fn batch_releasing(
-    pool: &PgPool,
-    events: &[Event],
-    wanted: impl Fn(usize) -> bool,
-    wake: &Wake,
-    committing: &(dyn Fn() + Sync),
-) -> Result<Vec<Answer>, Error> {
-    loop {
-        let live: Vec<usize> = (0..events.len()).filter(|&i| wanted(i)).collect();
-        let batch: Vec<&Event> = live.iter().map(|&i| &events[i]).collect();
-        let all_wanted = || live.iter().all(|&i| wanted(i));
-        let committed = engine::commit(
-            pool,
-            &batch,
-            engine::BEGIN_BATCH,
-            wake,
-            all_wanted,
-            committing,
-        );
-        match committed.await {
-            Ok(Some(outcomes)) => {
-                let mut answers: Vec<Answer> = events.iter().map(|_| abandoned()).collect();
-                for (i, outcome) in live.into_iter().zip(outcomes) {
-                    answers[i] = Ok(receipt(outcome, &events[i]));
-                }
-                return Ok(answers);
-            }
-            Ok(None) => continue,
-            Err(error) => return Err(error),
-        }
-    }
+    let (jobs, _answers): (Vec<Job>, Vec<_>) = events
+        .iter()
+        .zip(gave_up)
+        .map(|(event, gave_up)| Job::new(effects::decode(event.clone()), gave_up.clone()))
+        .unzip();
+    group_commit(pool, &jobs, wake, || {}).await
 }
 
 /// The answer to an event whose request is gone: nobody reads it.
@@ -296,14 +335,7 @@ pub async fn apply(pool: &PgPool, events: &[Event], wake: Wake) -> Vec<Answer> {
     };
     let (jobs, answers): (Vec<Job>, Vec<_>) = events
         .iter()
-        .map(|event| {
-            let (reply, answer) = oneshot::channel();
-            let job = Job {
-                event: event.clone(),
-                reply,
-            };
-            (job, answer)
-        })
+        .map(|event| Job::new(effects::decode(event.clone()), CancellationToken::new()))
         .unzip();
     run(batches, jobs, None).await;
     let mut out = Vec::with_capacity(answers.len());

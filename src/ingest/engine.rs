@@ -1,23 +1,18 @@
 //! THE transaction, for one event or many: claim the event ids, take every
-//! lock the events need in one global order, apply each event's effects in
-//! arrival order (consecutive credits sharing their statements), record the
-//! outcomes, commit. One event is a transaction of one: the batch, the
-//! fallback, a sweep and `events replay` all run this code.
-//!
-//! Locks, in the order every transaction takes them, so none can deadlock
-//! with another: the event claims sorted by `(provider, event_id)`; then the
-//! effects' keys ([`effects::plan`]) and the wallets, each class sorted by
-//! hash. Effects run with all of them held.
+//! lock the events need in one global order, apply each event's
+//! effect in arrival order (consecutive credits sharing their statements,
+//! and the events a credit releases right after it: [`release`]), record
+//! the outcomes; the caller then commits ([`Prepared::commit`]) or, when a
+//! request gave up meanwhile, rolls back. One event is a transaction of
+//! one: the batch, the fallback, a sweep and `events replay` all run this
+//! code.
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
-use crate::effects::plan::KEY_LOCK_CLASS;
-use crate::effects::{self, Applied, Plan};
+use super::{Error, release};
+use crate::effects::{self, Applied, Decoded, KEY_LOCK_CLASS};
 use crate::events::{self, Claim, Lock, Outcome, Recorded};
-use crate::providers::Event;
 use crate::{db, ledger, outbox};
-
-use super::Error;
 
 /// How a transaction of many events begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -49,120 +44,187 @@ pub enum Wake {
     InProcess(outbox::Waker),
 }
 
-/// Applies `events` in one transaction begun with `begin`. Returns each
-/// event's outcome, in order: `duplicate` for an event recorded before and
-/// for a later copy of one in `events`. Returns `None` after rolling back,
-/// without committing anything, when `all_wanted()` turned false (a request
-/// gave up). Any error rolls everything back. `committing()` runs once the
-/// statements are done, as the commit is sent (the next batch may start
-/// while this one waits for its WAL flush).
-pub(super) async fn commit(
-    pool: &PgPool,
-    events: &[&Event],
-    begin: &'static str,
-    wake: &Wake,
-    all_wanted: impl Fn() -> bool,
-    committing: impl FnOnce(),
-) -> Result<Option<Vec<Outcome>>, Error> {
-    let mut outcomes = vec![Outcome::Duplicate; events.len()];
-    if events.is_empty() {
-        return Ok(Some(outcomes));
+/// A transaction whose statements are done, not yet committed: each
+/// event's outcome once it commits.
+pub(super) struct Prepared {
+    /// `None` when nothing was claimed (every event a duplicate).
+    tx: Option<Transaction<'static, Postgres>>,
+    outcomes: Vec<Outcome>,
+}
+
+impl Prepared {
+    /// Commits, waking the drainer as `wake` says; each event's outcome in
+    /// order.
+    pub(super) async fn commit(self, wake: &Wake) -> Result<Vec<Outcome>, Error> {
+        let Some(mut tx) = self.tx else {
+            return Ok(self.outcomes);
+        };
+        if let Wake::Notify = wake {
+            outbox::notify(&mut tx).await?;
+        }
+        tx.commit().await?;
+        if let Wake::InProcess(drainer) = wake {
+            drainer.wake();
+        }
+        Ok(self.outcomes)
     }
-    let plans: Vec<Plan> = events.iter().map(|event| effects::plan(event)).collect();
-    let claims: Vec<Claim<'_>> = events.iter().map(|event| Claim::of(event)).collect();
-    let all: Vec<(&Event, &Plan)> = events.iter().copied().zip(&plans).collect();
+
+    /// Leaves nothing behind.
+    pub(super) async fn rollback(self) -> Result<(), Error> {
+        if let Some(tx) = self.tx {
+            tx.rollback().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies `units` in one transaction begun with `begin`, up to its commit:
+/// each event's outcome is `duplicate` for an event recorded before and
+/// for a later copy of one in `units`. Any error rolls everything back.
+pub(super) async fn prepare(
+    pool: &PgPool,
+    units: &[&Decoded],
+    begin: &'static str,
+) -> Result<Prepared, Error> {
+    let mut outcomes = vec![Outcome::Duplicate; units.len()];
+    if units.is_empty() {
+        return Ok(Prepared { tx: None, outcomes });
+    }
+    let claims: Vec<Claim<'_>> = units.iter().map(|unit| Claim::of(unit.event())).collect();
     let mut tx = db::begin_with(pool, begin).await?;
-    let claimed = lock(&mut tx, &claims, &all).await?;
+    let claimed = claim_and_lock(&mut tx, &claims, units).await?;
     if claimed.is_empty() {
         tx.rollback().await?;
-        return Ok(Some(outcomes));
+        return Ok(Prepared { tx: None, outcomes });
     }
-    let units: Vec<(&Event, &Plan)> = claimed.iter().map(|&i| all[i]).collect();
-    let applied = apply_in_order(&mut tx, &units).await?;
-    if applied.len() != units.len() {
+    let claimed_units: Vec<&Decoded> = claimed.iter().map(|&i| units[i]).collect();
+    let applied = apply_in_order(&mut tx, &claimed_units).await?;
+    if applied.len() != claimed_units.len() {
         // Never commit a claimed event without its outcome.
         return Err(Error::Invariant("a claimed event has no outcome"));
     }
-    let recorded: Vec<Recorded<'_>> = units
+    let recorded: Vec<Recorded<'_>> = claimed_units
         .iter()
         .zip(&applied)
-        .map(|((event, _), applied)| Recorded {
-            provider: event.provider(),
-            event_id: event.event_id(),
+        .map(|(unit, applied)| Recorded {
+            provider: unit.event().provider(),
+            event_id: unit.event().event_id(),
             outcome: applied.outcome,
             detail: &applied.detail,
         })
         .collect();
     events::record_claimed(&mut tx, &recorded).await?;
-    if let Wake::Notify = wake {
-        outbox::notify(&mut tx).await?;
-    }
-    if !all_wanted() {
-        tx.rollback().await?;
-        return Ok(None);
-    }
-    committing();
-    tx.commit().await?;
-    if let Wake::InProcess(drainer) = wake {
-        drainer.wake();
-    }
     for (&i, applied) in claimed.iter().zip(&applied) {
         outcomes[i] = applied.outcome;
     }
-    Ok(Some(outcomes))
+    Ok(Prepared {
+        tx: Some(tx),
+        outcomes,
+    })
 }
 
-/// Re-runs a recorded event's effects under its locks, in one transaction
-/// ([`super::replay`]): no claim. Effects that exist already are kept (their
-/// natural keys make them no-ops). `record(applied)` says whether the new
-/// outcome replaces the stored one.
-pub(super) async fn reapply(
-    pool: &PgPool,
-    event: &Event,
-    record: impl FnOnce(&Applied) -> bool,
-) -> Result<(Applied, bool), Error> {
-    let plan = effects::plan(event);
+/// A replayed event's effect applied under its locks, not yet committed
+/// ([`reapply`]).
+pub(super) struct Reapplied<'a> {
+    tx: Transaction<'static, Postgres>,
+    unit: &'a Decoded,
+    pub(super) applied: Applied,
+}
+
+impl Reapplied<'_> {
+    /// Commits, replacing the stored outcome with the new one when
+    /// `record`.
+    pub(super) async fn commit(mut self, record: bool) -> Result<Applied, Error> {
+        if record {
+            let event = self.unit.event();
+            let (outcome, detail) = (self.applied.outcome, &self.applied.detail);
+            events::record_outcome(
+                &mut self.tx,
+                event.provider(),
+                event.event_id(),
+                outcome,
+                detail,
+            )
+            .await?;
+        }
+        outbox::notify(&mut self.tx).await?;
+        self.tx.commit().await?;
+        Ok(self.applied)
+    }
+}
+
+/// Re-runs a recorded event's effect under its locks ([`super::replay`]):
+/// no claim. Effects that exist already are kept (their natural keys make
+/// them no-ops).
+pub(super) async fn reapply<'a>(pool: &PgPool, unit: &'a Decoded) -> Result<Reapplied<'a>, Error> {
     let mut tx = db::begin_with(pool, BEGIN_ONE).await?;
-    lock(&mut tx, &[], &[(event, &plan)]).await?;
-    let applied = apply_in_order(&mut tx, &[(event, &plan)])
+    claim_and_lock(&mut tx, &[], &[unit]).await?;
+    let applied = apply_in_order(&mut tx, &[unit])
         .await?
         .pop()
         .ok_or(Error::Invariant("a replayed event has no outcome"))?;
-    let recorded = record(&applied);
-    if recorded {
-        events::record_outcome(
-            &mut tx,
-            event.provider(),
-            event.event_id(),
-            applied.outcome,
-            &applied.detail,
-        )
-        .await?;
-    }
-    outbox::notify(&mut tx).await?;
-    tx.commit().await?;
-    Ok((applied, recorded))
+    Ok(Reapplied { tx, unit, applied })
 }
+
+/// Applies each event in order; consecutive credits share their statements
+/// ([`effects::apply_credits`]), with the same result as one at a time; the
+/// events a credit releases apply right after it, before anything else.
+async fn apply_in_order(
+    conn: &mut PgConnection,
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, effects::Error> {
+    let mut applied = Vec::with_capacity(units.len());
+    let mut rest = units;
+    while !rest.is_empty() {
+        let credits = rest
+            .iter()
+            .position(|unit| !unit.is_credit())
+            .unwrap_or(rest.len());
+        let mut done = match credits {
+            0 => vec![effects::apply(conn, rest[0]).await?],
+            run => effects::apply_credits(conn, &rest[..run]).await?,
+        };
+        if done.is_empty() {
+            return Err(effects::Error::Invariant("a run of credits answered none"));
+        }
+        for (unit, result) in rest.iter().zip(done.iter_mut()) {
+            if result.releases.is_some() {
+                release::waiting(conn, unit.event(), result).await?;
+            }
+        }
+        rest = &rest[done.len()..];
+        applied.append(&mut done);
+    }
+    Ok(applied)
+}
+
+// Locks.
+//
+// The locks of a transaction, in the order every transaction takes them,
+// so none can deadlock with another: the event claims sorted by
+// `(provider, event_id)`; then the effects' keys ([`effects::Plan`]) and
+// the wallets, each class sorted by hash. Effects run with all of them
+// held.
 
 /// Claims `claims` (none: a replay) and takes the locks of `units` (the
 /// claims' events, or the replayed one): of the claimed events only, when
-/// claiming. The wallets are locked in the same statement when every one is
-/// known up front; a refund's wallet is its credit's, found once the
-/// credit's key is held, so a transaction with a refund locks all its
-/// wallets in a second statement (never some in each: the wallet class is
-/// taken in one sorted sweep).
-async fn lock(
+/// claiming. Returns the indexes of the claimed ones. The wallets are
+/// locked in the same statement when every one is known up front; a
+/// refund's wallet is its credit's, found once the credit's key is held, so
+/// a transaction with a refund locks all its wallets in a second statement
+/// (never some in each: the wallet class is taken in one sorted sweep).
+async fn claim_and_lock(
     conn: &mut PgConnection,
     claims: &[Claim<'_>],
-    units: &[(&Event, &Plan)],
+    units: &[&Decoded],
 ) -> Result<Vec<usize>, sqlx::Error> {
     let claiming = !claims.is_empty();
-    let debits = units.iter().any(|(_, plan)| plan.debits.is_some());
+    let debits = units.iter().any(|unit| unit.plan().debits.is_some());
     let owner = |i: usize| claiming.then_some(i);
     let locks = locks(units, owner, !debits);
     let claimed = events::claim_and_lock(conn, claims, &locks).await?;
     if debits {
-        let locked: Vec<(&Event, &Plan)> = if claiming {
+        let locked: Vec<&Decoded> = if claiming {
             claimed.iter().map(|&i| units[i]).collect()
         } else {
             units.to_vec()
@@ -175,12 +237,13 @@ async fn lock(
 /// The key locks of `units` (and their wallets' when `with_wallets`), each
 /// owned by `owner(index)`.
 fn locks(
-    units: &[(&Event, &Plan)],
+    units: &[&Decoded],
     owner: impl Fn(usize) -> Option<usize>,
     with_wallets: bool,
 ) -> Vec<Lock> {
     let mut locks = Vec::new();
-    for (i, (_, plan)) in units.iter().enumerate() {
+    for (i, unit) in units.iter().enumerate() {
+        let plan = unit.plan();
         locks.extend(plan.keys.iter().map(|key| Lock {
             owner: owner(i),
             class: KEY_LOCK_CLASS,
@@ -198,17 +261,17 @@ fn locks(
 }
 
 /// Locks every wallet `units` credit or debit, in one sorted sweep.
-async fn lock_wallets(
-    conn: &mut PgConnection,
-    units: &[(&Event, &Plan)],
-) -> Result<(), sqlx::Error> {
+async fn lock_wallets(conn: &mut PgConnection, units: &[&Decoded]) -> Result<(), sqlx::Error> {
     let wallets: Vec<(&str, &str)> = units
         .iter()
-        .flat_map(|(_, plan)| plan.wallets.iter().map(|(u, c)| (u.as_str(), c.as_str())))
+        .flat_map(|unit| {
+            let wallets = &unit.plan().wallets;
+            wallets.iter().map(|(u, c)| (u.as_str(), c.as_str()))
+        })
         .collect();
     let debited: Vec<(&str, &str)> = units
         .iter()
-        .filter_map(|(event, plan)| Some((event.provider(), plan.debits.as_deref()?)))
+        .filter_map(|unit| Some((unit.event().provider(), unit.plan().debits.as_deref()?)))
         .collect();
     if wallets.is_empty() && debited.is_empty() {
         return Ok(());
@@ -216,27 +279,13 @@ async fn lock_wallets(
     ledger::lock_wallets(conn, &wallets, &debited).await
 }
 
-/// Applies each event in order; consecutive plain credits share their
-/// statements ([`effects::apply_credits`]), with the same result as one at a
-/// time.
-async fn apply_in_order(
-    conn: &mut PgConnection,
-    units: &[(&Event, &Plan)],
-) -> Result<Vec<Applied>, effects::Error> {
-    let mut applied = Vec::with_capacity(units.len());
-    let mut rest = units;
-    while let Some(((event, plan), after)) = rest.split_first() {
-        if plan.credit.is_none() {
-            applied.push(effects::apply(conn, event).await?);
-            rest = after;
-            continue;
-        }
-        let run = rest
-            .iter()
-            .position(|(_, plan)| plan.credit.is_none())
-            .unwrap_or(rest.len());
-        applied.extend(effects::apply_credits(conn, &rest[..run]).await?);
-        rest = &rest[run..];
-    }
-    Ok(applied)
+/// The keys `unit` shares with others: its event id, its plan's keys and
+/// its wallets. Events that share one are applied in arrival order.
+pub(super) fn shared_keys(unit: &Decoded) -> impl Iterator<Item = String> + '_ {
+    let (event, plan) = (unit.event(), unit.plan());
+    plan.keys
+        .iter()
+        .cloned()
+        .chain(plan.wallets.iter().map(|(u, c)| ledger::wallet_key(u, c)))
+        .chain([format!("{}:{}", event.provider(), event.event_id())])
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::db::{self, Failure};
 use crate::effects;
+use crate::providers::Event;
 
 /// Cheap to clone: a failed batch answers each of its events with it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -75,4 +76,16 @@ impl Error {
             Error::Abandoned | Error::Invariant(_) => false,
         }
     }
+}
+
+/// Logs that the database refuses `event`'s data (`poison`), and what
+/// became of it.
+pub(super) fn warn_refused(event: &Event, poison: &db::Poison, what: &str) {
+    tracing::warn!(
+        provider = event.provider(),
+        event_id = event.event_id(),
+        sqlstate = %poison.sqlstate,
+        constraint = poison.constraint.as_deref(),
+        "the database refuses {what}"
+    );
 }

@@ -20,8 +20,8 @@ pub struct Message<'a> {
 /// Writes the rows in order, in one statement; returns each one's id. The
 /// dedupe key is `{provider}:{event_id}`: an event writes at most one row
 /// per topic, and an event's rows are found by that key (the outbox has no
-/// index by event: [`browse::of_event`], `story::timeline`). `None` at an index: a row with its key (or, for
-/// `invoice.paid`, for its invoice) exists already, or comes earlier in
+/// index by event: [`browse::of_event`], `story::timeline`). `None` at an
+/// index: a row with its key exists already, or comes earlier in
 /// `messages`. Nothing is notified: the ingest transaction wakes the
 /// drainer once per commit ([`notify`]).
 pub async fn enqueue<'a>(
@@ -85,24 +85,6 @@ pub async fn notify(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     .fetch_one(conn)
     .await?;
     Ok(())
-}
-
-/// The event whose `invoice.paid` row announced this invoice, if any.
-pub async fn invoice_paid_owner(
-    conn: &mut PgConnection,
-    provider: &str,
-    invoice_id: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"
-        select event_id from outbox
-        where topic = 'invoice.paid' and provider = $1 and payload ->> 'invoice_id' = $2
-        "#,
-        provider,
-        invoice_id
-    )
-    .fetch_optional(conn)
-    .await
 }
 
 // The console's reads and its bulk retry.
@@ -179,8 +161,7 @@ pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
 }
 
 /// Deletes up to `batch` rows delivered before `cutoff` (Unix seconds),
-/// skipping locked rows. Dead rows are kept, and so are `invoice.paid` rows,
-/// which carry that event's natural key (one announcement per invoice).
+/// skipping locked rows. Dead rows are kept.
 pub async fn prune_delivered_batch(
     pool: &PgPool,
     cutoff: f64,
@@ -192,7 +173,7 @@ pub async fn prune_delivered_batch(
         delete from outbox
         where id in (
             select id from outbox
-            where delivered_at < to_timestamp($1::float8) and topic <> 'invoice.paid'
+            where delivered_at < to_timestamp($1::float8)
             limit $2
             for update skip locked
         )

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
-use crate::money::currency;
+use crate::effects::{self, PlainCredit};
 use crate::ledger::{self, Credited};
 use crate::providers::is_identifier;
 
@@ -69,13 +69,7 @@ pub async fn stripe(
     let mut paid: Vec<Paid> = intents
         .iter()
         .filter(|intent| intent.get("status").and_then(Value::as_str) == Some("succeeded"))
-        .filter_map(|intent| {
-            let amount = intent
-                .get("amount_received")
-                .filter(|a| !a.is_null())
-                .or_else(|| intent.get("amount"));
-            paid(intent, "/metadata/user_id", amount)
-        })
+        .filter_map(|intent| paid(effects::stripe::payment_intent_credit(intent)))
         .collect();
     let refunds = stripe_list(api, "/v1/refunds", since, until).await?;
     // A charge's amount_refunded, which the ledger debits, counts pending refunds too.
@@ -113,7 +107,7 @@ pub async fn razorpay(
                 Some("captured" | "refunded")
             )
         })
-        .filter_map(|p| paid(p, "/notes/user_id", p.get("amount")))
+        .filter_map(|p| paid(effects::razorpay::payment_credit(p)))
         .collect();
     let refunds = razorpay_list(api, "/v1/refunds", since, until).await?;
     add_refunds(&mut paid, refunds, "/payment_id", &["processed"]);
@@ -129,22 +123,16 @@ pub async fn razorpay(
     .await
 }
 
-/// A succeeded payment with an owner (at `user`), its amount and an ISO
-/// currency; `None` for anything webhookd would not credit.
-fn paid(object: &Value, user: &str, amount: Option<&Value>) -> Option<Paid> {
-    let user = object
-        .pointer(user)
-        .and_then(Value::as_str)
-        .filter(|u| is_identifier(u))?;
-    let currency = object
-        .get("currency")
-        .and_then(Value::as_str)
-        .and_then(currency)?;
+/// A succeeded payment as webhookd credits it (the effects' own reading,
+/// so the audit never restates the rule); `None` for anything webhookd
+/// would not credit.
+fn paid(credit: Result<PlainCredit, effects::Reason>) -> Option<Paid> {
+    let credit = credit.ok()?;
     Some(Paid {
-        id: ident(object)?.to_owned(),
-        user_id: user.to_owned(),
-        currency: currency.to_owned(),
-        amount_minor: amount.and_then(Value::as_i64)?,
+        id: credit.source_ref,
+        user_id: credit.user_id,
+        currency: credit.currency,
+        amount_minor: credit.amount_minor,
         refunded_minor: 0,
     })
 }

@@ -3,12 +3,11 @@
 //! test knows what shared a transaction; the HTTP tests elsewhere go through
 //! the dispatcher.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use bytes::Bytes;
 use futures_util::future::join_all;
 use serde_json::Value;
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 use webhookd::effects;
 use webhookd::events::Outcome;
 use webhookd::ingest::Wake;
@@ -20,7 +19,7 @@ use crate::helpers::{charge, payment_intent_succeeded, spawn_app, until_waiting_
 fn credit(event_id: &str, intent: &str, user_id: &str, amount: i64) -> Event {
     let body = payment_intent_succeeded(event_id, intent, user_id, amount);
     let event = stripe_event(event_id, "payment_intent.succeeded", body);
-    assert!(effects::plan(&event).credit.is_some(), "a plain credit");
+    assert!(effects::decode(event.clone()).is_credit(), "a plain credit");
     event
 }
 
@@ -29,13 +28,29 @@ fn stripe_event(event_id: &str, event_type: &str, body: String) -> Event {
         .expect("a well-formed event")
 }
 
-/// One transaction for `events`, without the one-by-one fallback.
+/// One transaction for `events`, without the one-by-one fallback; no
+/// request gives up.
 async fn try_batch(
     pool: &PgPool,
     events: &[Event],
-    wanted: impl Fn(usize) -> bool,
 ) -> Result<Vec<Answer>, webhookd::ingest::Error> {
-    batch::try_batch(pool, events, wanted, &Wake::Notify).await
+    let waiting: Vec<CancellationToken> = events.iter().map(|_| CancellationToken::new()).collect();
+    batch::try_batch(pool, events, &waiting, &Wake::Notify).await
+}
+
+/// Another session's claim of Stripe event `event_id`, in flight until the
+/// transaction returned ends.
+async fn hold_claim(pool: &PgPool, event_id: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query(
+        "insert into processed_events (provider, event_id, event_type, outcome, payload)
+         values ('stripe', $1, 'payment_intent.succeeded', 'pending', '{}')",
+    )
+    .bind(event_id)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    holder
 }
 
 fn outcomes(answers: &[Answer]) -> Vec<Outcome> {
@@ -66,7 +81,7 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
         credit("evt_b3", "pi_b3", "user_c", 50),
         credit("evt_b1", "pi_b1", "user_b", 100),
     ];
-    let answers = try_batch(&app.pooled, &credits, |_| true)
+    let answers = try_batch(&app.pooled, &credits)
         .await
         .expect("the batch commits");
     use Outcome::{Duplicate, Processed};
@@ -91,7 +106,7 @@ async fn copies_in_one_batch_apply_once_and_each_credit_announces_its_own_balanc
     assert_eq!(detail["applied_deferred"], Value::Array(vec![]));
 
     // A later batch of the same events writes nothing.
-    let again = try_batch(&app.pooled, &credits[..3], |_| true)
+    let again = try_batch(&app.pooled, &credits[..3])
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&again), [Duplicate, Duplicate, Duplicate]);
@@ -117,14 +132,7 @@ async fn concurrent_batches_of_overlapping_events_in_opposite_orders_apply_each_
     // Another session has claimed an event in the middle: both batches stop
     // there, each holding the claims it made so far, and go on together when
     // that session rolls back. Claiming in input order, they would deadlock.
-    let mut holder = app.pool.begin().await.unwrap();
-    sqlx::query(
-        "insert into processed_events (provider, event_id, event_type, outcome, payload)
-         values ('stripe', 'evt_o20', 'payment_intent.succeeded', 'pending', '{}')",
-    )
-    .execute(&mut *holder)
-    .await
-    .unwrap();
+    let holder = hold_claim(&app.pool, "evt_o20").await;
     let pool = &app.pool;
     let release = async {
         until_waiting_on_locks(pool, 2).await;
@@ -133,8 +141,8 @@ async fn concurrent_batches_of_overlapping_events_in_opposite_orders_apply_each_
     // No fallback here: a deadlock (or a lock wait past the batch's lock
     // timeout) fails the batch, and the test.
     let (first, second, ()) = tokio::join!(
-        try_batch(pool, &forward, |_| true),
-        try_batch(pool, &backward, |_| true),
+        try_batch(pool, &forward),
+        try_batch(pool, &backward),
         release,
     );
 
@@ -167,7 +175,7 @@ async fn a_failing_credit_does_not_fail_the_others_in_its_batch(pool: PgPool) {
     let full = [credit("evt_full", "pi_full", "user_full", i64::MAX)];
     assert_eq!(
         outcomes(
-            &try_batch(&app.pooled, &full, |_| true)
+            &try_batch(&app.pooled, &full)
                 .await
                 .expect("the batch commits")
         ),
@@ -208,7 +216,7 @@ async fn a_payment_credited_by_another_event_is_ignored_with_its_owner(pool: PgP
         credit("evt_p1", "pi_same", "user_p", 500),
         credit("evt_p2", "pi_same", "user_p", 500),
     ];
-    let answers = try_batch(&app.pooled, &credits, |_| true)
+    let answers = try_batch(&app.pooled, &credits)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Ignored]);
@@ -217,7 +225,7 @@ async fn a_payment_credited_by_another_event_is_ignored_with_its_owner(pool: PgP
     assert_eq!(detail["owner_event_id"], "evt_p1");
 
     let later = [credit("evt_p3", "pi_same", "user_p", 500)];
-    let answers = try_batch(&app.pooled, &later, |_| true)
+    let answers = try_batch(&app.pooled, &later)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Ignored]);
@@ -237,7 +245,7 @@ async fn a_batched_credit_applies_the_refund_waiting_for_it(pool: PgPool) {
         credit("evt_w0", "pi_w0", "user_1", 5),
         credit("evt_w", "pi_w", "user_1", 1000),
     ];
-    let answers = try_batch(&app.pooled, &credits, |_| true)
+    let answers = try_batch(&app.pooled, &credits)
         .await
         .expect("the batch commits");
     assert_eq!(outcomes(&answers), [Outcome::Processed, Outcome::Processed]);
@@ -261,19 +269,24 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
         credit("evt_g3", "pi_g3", "user_g", 30),
     ];
     // The second request is answered (timed out) after the batch started:
-    // its first look says "wanted", every later one "gone".
-    let looks = AtomicUsize::new(0);
-    let wanted = |i: usize| i != 1 || looks.fetch_add(1, Ordering::SeqCst) == 0;
-    let answers = try_batch(&app.pooled, &credits, wanted)
-        .await
-        .expect("the batch commits");
+    // the batch waits on a claim another session holds, the request gives
+    // up meanwhile, then the other session rolls back.
+    let holder = hold_claim(&app.pool, "evt_g3").await;
+    let requests: Vec<CancellationToken> =
+        credits.iter().map(|_| CancellationToken::new()).collect();
+    let give_up = async {
+        until_waiting_on_locks(&app.pool, 1).await;
+        requests[1].cancel();
+        holder.rollback().await.unwrap();
+    };
+    let (answers, ()) = tokio::join!(
+        batch::try_batch(&app.pooled, &credits, &requests, &Wake::Notify),
+        give_up,
+    );
+    let answers = answers.expect("the batch commits");
     assert_eq!(answers[0].as_ref().unwrap().outcome, Outcome::Processed);
     assert!(answers[1].is_err());
     assert_eq!(answers[2].as_ref().unwrap().outcome, Outcome::Processed);
-    assert!(
-        looks.load(Ordering::SeqCst) > 1,
-        "the batch looked again before committing"
-    );
 
     assert_eq!(app.balance("user_g", "USD").await, Some(40));
     let gone: i64 =
@@ -286,7 +299,7 @@ async fn a_credit_whose_request_gave_up_before_the_commit_is_never_committed(poo
     let retry = [credit("evt_g2", "pi_g2", "user_g", 20)];
     assert_eq!(
         outcomes(
-            &try_batch(&app.pooled, &retry, |_| true)
+            &try_batch(&app.pooled, &retry)
                 .await
                 .expect("the batch commits")
         ),

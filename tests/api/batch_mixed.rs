@@ -160,6 +160,11 @@ async fn second_database(pool: &PgPool) -> PgPool {
     other
 }
 
+/// One request per event, none of which gives up.
+fn none_gave_up<T>(events: &[T]) -> Vec<tokio_util::sync::CancellationToken> {
+    events.iter().map(|_| Default::default()).collect()
+}
+
 fn outcomes(answers: &[batch::Answer]) -> Vec<Outcome> {
     answers
         .iter()
@@ -175,9 +180,14 @@ async fn a_mixed_batch_commits_once_with_the_results_of_one_event_per_transactio
     let events = history();
 
     // No fallback: the whole history is one transaction.
-    let answers = batch::try_batch(&batched.pool, &events, |_| true, &Wake::Notify)
-        .await
-        .expect("the batch commits");
+    let answers = batch::try_batch(
+        &batched.pool,
+        &events,
+        &none_gave_up(&events),
+        &Wake::Notify,
+    )
+    .await
+    .expect("the batch commits");
     let mut expected = Vec::new();
     for event in &events {
         expected.push(
@@ -279,9 +289,10 @@ async fn batches_of_credits_and_refunds_over_shared_wallets_in_opposite_orders_n
         until_waiting_on_locks(pool, 2).await;
         holder.rollback().await.unwrap();
     };
+    let (forward_requests, backward_requests) = (none_gave_up(&forward), none_gave_up(&backward));
     let (first, second, ()) = tokio::join!(
-        batch::try_batch(pool, &forward, |_| true, &Wake::Notify),
-        batch::try_batch(pool, &backward, |_| true, &Wake::Notify),
+        batch::try_batch(pool, &forward, &forward_requests, &Wake::Notify),
+        batch::try_batch(pool, &backward, &backward_requests, &Wake::Notify),
         release,
     );
     let mut processed = 0;

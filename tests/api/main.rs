@@ -4,6 +4,7 @@ mod batch_mixed;
 mod bouncer;
 mod browser;
 mod console;
+mod decoded_once;
 mod drain_cli;
 mod drain_memory;
 mod drain_order;

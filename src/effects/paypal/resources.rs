@@ -6,13 +6,9 @@
 use serde_json::{Value, json};
 
 use super::PROVIDER;
-use crate::effects::credits::PaymentRow;
-use crate::effects::money::Credit;
-use crate::effects::refunds::OwnRefund;
-use crate::effects::{
-    Reason, currency_at, loose_ident_at, minor_units, owner_at, required_ident, str_at,
-};
-use crate::payments::Payment;
+use crate::effects::effect::{OwnRefund, PaymentRecord, PlainCredit, Reason};
+use crate::effects::fields::{currency_at, loose_ident_at, owner_at, required_ident, str_at};
+use crate::money::minor_units;
 use crate::providers::{self, paypal::parse_time};
 use crate::subscriptions::Subscription;
 
@@ -60,124 +56,78 @@ fn up_id<'a>(resource: &'a Value, segment: &str) -> Option<&'a str> {
     (host_ok && id_ok).then_some(id)
 }
 
-/// A capture resource (`PAYMENT.CAPTURE.*`), validated.
-pub(in crate::effects) struct Capture<'a> {
-    pub id: &'a str,
-    /// Lower-cased (`completed`, `pending`, `declined`): `resource.status`,
-    /// else the event type's last word.
-    pub status: String,
-    pub amount_minor: i64,
-    pub currency: &'static str,
-    pub order_id: Option<&'a str>,
-    /// `custom_id` when it is an identifier: the row's user.
-    pub custom_id: Option<&'a str>,
-    pub created: Option<i64>,
-    resource: &'a Value,
+/// A capture resource (`PAYMENT.CAPTURE.*`), validated: its row. Its
+/// status is lower-cased (`completed`, `pending`, `declined`):
+/// `resource.status`, else the event type's last word; its user is
+/// `custom_id` when that is an identifier.
+pub(super) fn capture(resource: &Value, event_type: &str) -> Result<PaymentRecord, Reason> {
+    let id = required_ident(resource, "/id", "capture id", "capture has no id")?;
+    let (amount_minor, currency) = amount(resource, "capture")?;
+    let status = loose_ident_at(resource, "/status")
+        .or_else(|| event_type.rsplit('.').next())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    Ok(PaymentRecord {
+        payment_id: id.to_owned(),
+        payment_ref: loose_ident_at(resource, "/supplementary_data/related_ids/order_id")
+            .or_else(|| up_id(resource, ORDERS))
+            .map(str::to_owned),
+        user_id: loose_ident_at(resource, "/custom_id").map(str::to_owned),
+        amount_minor,
+        currency,
+        status,
+        refunded_minor: 0,
+        created: str_at(resource, "/create_time").and_then(parse_time),
+    })
 }
 
-impl<'a> Capture<'a> {
-    pub fn parse(resource: &'a Value, event_type: &str) -> Result<Self, Reason> {
-        let id = required_ident(resource, "/id", "capture id", "capture has no id")?;
-        let (amount_minor, currency) = amount(resource, "capture")?;
-        let status = loose_ident_at(resource, "/status")
-            .or_else(|| event_type.rsplit('.').next())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        Ok(Capture {
-            id,
-            status,
-            amount_minor,
-            currency,
-            order_id: loose_ident_at(resource, "/supplementary_data/related_ids/order_id")
-                .or_else(|| up_id(resource, ORDERS)),
-            custom_id: loose_ident_at(resource, "/custom_id"),
-            created: str_at(resource, "/create_time").and_then(parse_time),
-            resource,
-        })
+/// The credit of a completed capture (`capture` of `resource`): its amount
+/// to `custom_id`, which must be there and be an identifier.
+pub(super) fn capture_credit(
+    resource: &Value,
+    capture: &PaymentRecord,
+) -> Result<PlainCredit, Reason> {
+    let user_id = owner_at(resource, "/custom_id")?.ok_or("capture has no custom_id")?;
+    if capture.amount_minor <= 0 {
+        return Err("capture has no positive amount".into());
     }
-
-    /// The credit of a completed capture: its amount to `custom_id`, which
-    /// must be there and be an identifier.
-    pub fn credit(&self) -> Result<Credit<'a>, Reason> {
-        let user_id = owner_at(self.resource, "/custom_id")?.ok_or("capture has no custom_id")?;
-        if self.amount_minor <= 0 {
-            return Err("capture has no positive amount".into());
-        }
-        Ok(Credit {
-            user_id,
-            currency: self.currency,
-            amount_minor: self.amount_minor,
-            source_ref: self.id,
-            context: json!({ "capture_id": self.id, "order_id": self.order_id }),
-        })
-    }
+    Ok(PlainCredit {
+        user_id: user_id.to_owned(),
+        currency: capture.currency.to_owned(),
+        amount_minor: capture.amount_minor,
+        source_ref: capture.payment_id.clone(),
+        context: json!({ "capture_id": capture.payment_id, "order_id": capture.payment_ref }),
+    })
 }
 
-impl PaymentRow for Capture<'_> {
-    fn row(&self) -> Payment<'_> {
-        Payment {
-            provider: PROVIDER,
-            payment_id: self.id,
-            payment_ref: self.order_id,
-            user_id: self.custom_id,
-            amount_minor: self.amount_minor,
-            currency: self.currency,
-            status: &self.status,
-            refunded_minor: 0,
-            created: self.created,
-        }
+/// A refund resource (`PAYMENT.CAPTURE.REFUNDED`, `.REVERSED`), validated:
+/// what it debits (its own amount, keyed by its id), or `None` when its
+/// status says it did not go through (`FAILED`, `CANCELLED`).
+pub(super) fn refund(resource: &Value) -> Result<Option<OwnRefund>, Reason> {
+    let id = required_ident(resource, "/id", "refund id", "refund has no id")?;
+    let (amount_minor, currency) = amount(resource, "refund")?;
+    if amount_minor <= 0 {
+        return Err("refund has no positive amount".into());
     }
-}
-
-/// A refund resource (`PAYMENT.CAPTURE.REFUNDED`, `.REVERSED`), validated.
-pub(super) struct Refund<'a> {
-    pub id: &'a str,
-    /// From its `up` link.
-    pub capture_id: &'a str,
-    pub amount_minor: i64,
-    pub currency: &'static str,
-    /// Its status says it did not go through (`FAILED`, `CANCELLED`).
-    pub undone: bool,
-}
-
-impl<'a> Refund<'a> {
-    pub fn parse(resource: &'a Value) -> Result<Self, Reason> {
-        let id = required_ident(resource, "/id", "refund id", "refund has no id")?;
-        let (amount_minor, currency) = amount(resource, "refund")?;
-        if amount_minor <= 0 {
-            return Err("refund has no positive amount".into());
-        }
-        let capture_id = up_id(resource, CAPTURES)
-            .ok_or("refund has no up link to its capture (https://…/v2/payments/captures/{id})")?;
-        let undone = str_at(resource, "/status").is_some_and(|status| {
-            ["FAILED", "CANCELLED"]
-                .iter()
-                .any(|undone| status.eq_ignore_ascii_case(undone))
-        });
-        Ok(Refund {
-            id,
-            capture_id,
-            amount_minor,
-            currency,
-            undone,
-        })
-    }
-
-    /// What it debits: its own amount, keyed by its id.
-    pub fn own(&self) -> OwnRefund<'a> {
-        OwnRefund {
-            id: self.id,
-            payment_id: self.capture_id,
-            amount_minor: self.amount_minor,
-            currency: self.currency,
-            context: json!({ "capture_id": self.capture_id, "refund_id": self.id }),
-        }
-    }
+    let capture_id = up_id(resource, CAPTURES)
+        .ok_or("refund has no up link to its capture (https://…/v2/payments/captures/{id})")?;
+    let undone = str_at(resource, "/status").is_some_and(|status| {
+        ["FAILED", "CANCELLED"]
+            .iter()
+            .any(|undone| status.eq_ignore_ascii_case(undone))
+    });
+    Ok((!undone).then(|| OwnRefund {
+        id: id.to_owned(),
+        payment_id: capture_id.to_owned(),
+        amount_minor,
+        currency,
+        context: json!({ "capture_id": capture_id, "refund_id": id }),
+    }))
 }
 
 /// A subscription resource (`BILLING.SUBSCRIPTION.*`), its status as
 /// PayPal spells it (`ACTIVE`, `CANCELLED`).
-pub(super) fn parse_subscription(resource: &Value) -> Result<Subscription, Reason> {
+pub(super) fn subscription(resource: &Value) -> Result<Subscription, Reason> {
     let missing = "subscription has no id or status";
     let status = required_ident(resource, "/status", "subscription status", missing)?;
     Ok(Subscription {
@@ -220,7 +170,7 @@ mod tests {
             ),
         ] {
             let resource = refund_up(json!(href));
-            assert_eq!(Refund::parse(&resource).unwrap().capture_id, capture);
+            assert_eq!(refund(&resource).unwrap().unwrap().payment_id, capture);
         }
         for href in [
             json!("https://api.paypal.com/v2/payments/captures/"),
@@ -241,36 +191,36 @@ mod tests {
             Value::Null,
         ] {
             let resource = refund_up(href.clone());
-            assert!(Refund::parse(&resource).is_err(), "{href}");
+            assert!(refund(&resource).is_err(), "{href}");
         }
         // Two `up` links are ambiguous; none is missing.
         let mut two = refund_up(json!("https://api.paypal.com/v2/payments/captures/C1"));
         two["links"][0]["rel"] = json!("up");
-        assert!(Refund::parse(&two).is_err());
+        assert!(refund(&two).is_err());
         let mut none = refund_up(json!("https://api.paypal.com/v2/payments/captures/C1"));
         none["links"] = json!([]);
-        assert!(Refund::parse(&none).is_err());
+        assert!(refund(&none).is_err());
     }
 
     #[test]
     fn amounts_are_decimal_strings_in_their_currency_s_minor_unit() {
-        let capture = |value: Value, code: &str| json!({ "id": "C1", "amount": { "currency_code": code, "value": value }, "custom_id": "u1" });
+        let resource = |value: Value, code: &str| json!({ "id": "C1", "amount": { "currency_code": code, "value": value }, "custom_id": "u1" });
         let parsed = |resource: &Value| {
-            Capture::parse(resource, "PAYMENT.CAPTURE.COMPLETED").map(|c| c.amount_minor)
+            capture(resource, "PAYMENT.CAPTURE.COMPLETED").map(|c| c.amount_minor)
         };
-        assert_eq!(parsed(&capture(json!("30.5"), "USD")), Ok(3050));
-        assert_eq!(parsed(&capture(json!("1000"), "JPY")), Ok(1000));
-        assert_eq!(parsed(&capture(json!("1.234"), "BHD")), Ok(1234));
+        assert_eq!(parsed(&resource(json!("30.5"), "USD")), Ok(3050));
+        assert_eq!(parsed(&resource(json!("1000"), "JPY")), Ok(1000));
+        assert_eq!(parsed(&resource(json!("1.234"), "BHD")), Ok(1234));
         assert_eq!(
-            parsed(&capture(json!("30.001"), "USD")).unwrap_err(),
+            parsed(&resource(json!("30.001"), "USD")).unwrap_err(),
             "capture amount.value: more decimals than USD has (2)"
         );
         assert_eq!(
-            parsed(&capture(json!(30), "USD")).unwrap_err(),
+            parsed(&resource(json!(30), "USD")).unwrap_err(),
             "capture has no amount.value string"
         );
         assert_eq!(
-            parsed(&capture(json!("30"), "ZZZ")).unwrap_err(),
+            parsed(&resource(json!("30"), "ZZZ")).unwrap_err(),
             "capture has no ISO 4217 currency with a minor unit"
         );
     }
@@ -282,25 +232,27 @@ mod tests {
             "amount": { "currency_code": "USD", "value": "30.00" },
             "links": [{ "rel": "up", "href": "https://api.paypal.com/v2/checkout/orders/O1" }],
         });
-        let capture = Capture::parse(&resource, "PAYMENT.CAPTURE.COMPLETED").unwrap();
+        let completed = capture(&resource, "PAYMENT.CAPTURE.COMPLETED").unwrap();
         assert_eq!(
-            (capture.status.as_str(), capture.order_id),
+            (completed.status.as_str(), completed.payment_ref.as_deref()),
             ("completed", Some("O1"))
         );
-        let credit = capture.credit().unwrap();
-        assert_eq!((credit.user_id, credit.amount_minor), ("u1", 3000));
+        let credit = capture_credit(&resource, &completed).unwrap();
+        assert_eq!((credit.user_id.as_str(), credit.amount_minor), ("u1", 3000));
 
         let mut pending = resource.clone();
         pending.as_object_mut().unwrap().remove("status");
         pending.as_object_mut().unwrap().remove("custom_id");
-        let capture = Capture::parse(&pending, "PAYMENT.CAPTURE.PENDING").unwrap();
-        assert_eq!(capture.status, "pending");
-        assert_eq!(capture.credit().err().unwrap(), "capture has no custom_id");
+        let held = capture(&pending, "PAYMENT.CAPTURE.PENDING").unwrap();
+        assert_eq!(held.status, "pending");
+        assert_eq!(
+            capture_credit(&pending, &held).err().unwrap(),
+            "capture has no custom_id"
+        );
         pending["custom_id"] = json!("u 1");
-        let capture = Capture::parse(&pending, "PAYMENT.CAPTURE.COMPLETED").unwrap();
+        let completed = capture(&pending, "PAYMENT.CAPTURE.COMPLETED").unwrap();
         assert!(
-            capture
-                .credit()
+            capture_credit(&pending, &completed)
                 .err()
                 .unwrap()
                 .starts_with("custom_id is not an identifier")
@@ -314,7 +266,7 @@ mod tests {
             "subscriber": { "payer_id": "PAYER1" },
             "billing_info": { "next_billing_time": "2026-12-01T10:00:00Z" },
         });
-        let subscription = parse_subscription(&resource).unwrap();
+        let subscription = subscription(&resource).unwrap();
         assert_eq!(subscription.status, "CANCELLED");
         assert!(crate::subscriptions::is_terminal(&subscription.status));
         assert_eq!(subscription.customer_id.as_deref(), Some("PAYER1"));

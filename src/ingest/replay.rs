@@ -1,0 +1,86 @@
+//! Replays: a stored event's effect run again through the engine, under
+//! the same locks, without a claim.
+
+use sqlx::PgPool;
+
+use super::Error;
+use super::engine;
+use crate::effects;
+use crate::events::{self, Outcome};
+use crate::providers::{Event, Scope};
+
+/// Re-runs a stored event's effects through the same idempotent path, in one
+/// transaction, under the same locks. Effects that exist already are kept:
+/// their natural keys make them no-ops, so replaying an applied event
+/// changes nothing. The stored outcome is updated only when an event that
+/// was not `processed` now has another outcome (say, `rejected` before a
+/// fix).
+pub async fn replay(pool: &PgPool, event: &Event, stored_outcome: &str) -> Result<Replayed, Error> {
+    let unit = effects::decode(event.clone());
+    let reapplied = engine::reapply(pool, &unit).await?;
+    let applied = &reapplied.applied;
+    let recorded =
+        stored_outcome != Outcome::Processed.as_str() && applied.outcome.as_str() != stored_outcome;
+    let applied = reapplied.commit(recorded).await?;
+    Ok(Replayed { applied, recorded })
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replayed {
+    pub applied: effects::Applied,
+    /// Whether the stored outcome was replaced.
+    pub recorded: bool,
+}
+
+/// Why [`replay_stored`] would not replay an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayRefused {
+    #[error("no such stored event (pruned, or never received)")]
+    NotFound,
+    /// An earlier handler applied it, so replaying it would apply it twice.
+    #[error("it was imported: an earlier handler applied it, so replaying it would apply it twice")]
+    Imported,
+    #[error("the stored payload cannot be replayed: {0}")]
+    Unreplayable(String),
+}
+
+/// What [`replay_stored`] did: the outcome stored before, and the replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayedStored {
+    pub stored_outcome: String,
+    pub replayed: Replayed,
+}
+
+/// Replays the stored event `provider`/`event_id` through [`replay`],
+/// except for an imported event: what `webhookd events replay` and the
+/// console's "replay" both run. `scope` is the provider's as configured
+/// now: an event it does not take is rejected, as its delivery would be.
+pub async fn replay_stored(
+    pool: &PgPool,
+    scope: &Scope,
+    provider: &str,
+    event_id: &str,
+) -> Result<Result<ReplayedStored, ReplayRefused>, Error> {
+    let Some(stored) = events::find(pool, provider, event_id).await? else {
+        return Ok(Err(ReplayRefused::NotFound));
+    };
+    if stored.outcome == "imported" {
+        return Ok(Err(ReplayRefused::Imported));
+    }
+    let event = match Event::from_stored_at(
+        &stored.provider,
+        &stored.event_id,
+        &stored.event_type,
+        stored.payload.into(),
+        stored.provider_created_at.as_deref(),
+    ) {
+        Ok(event) => event.within(scope),
+        Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
+    };
+    let replayed = replay(pool, &event, &stored.outcome).await?;
+    Ok(Ok(ReplayedStored {
+        stored_outcome: stored.outcome,
+        replayed,
+    }))
+}
