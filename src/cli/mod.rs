@@ -10,6 +10,7 @@ pub mod explain;
 pub mod outbox;
 pub mod prune;
 pub mod reconcile;
+pub mod retention;
 pub mod send;
 pub mod sweep;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use sqlx::PgPool;
 
-use super::args::RetentionArgs;
+use super::retention::RetentionArgs;
 use crate::clock::Clock;
 use crate::events;
 use crate::outbox::store;
