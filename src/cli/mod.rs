@@ -7,6 +7,7 @@ pub mod dispatch;
 pub mod drill;
 pub mod events;
 pub mod explain;
+mod import_file;
 pub mod outbox;
 pub mod prune;
 pub mod reconcile;
