@@ -103,18 +103,16 @@ pub(crate) fn parse_event(body: &Bytes, event_id: Option<&str>) -> Result<Event,
         }
     };
     Ok(Event {
-        provider: Arc::from(PROVIDER),
-        kind: Kind::Razorpay,
-        event_id,
-        event_type,
         created,
         object,
-        raw: body.clone(),
-        stored,
-        via: Via::Webhook,
-        livemode: None,
-        account: None,
-        refusal: None,
+        ..Event::delivered(
+            Arc::from(PROVIDER),
+            Kind::Razorpay,
+            event_id,
+            event_type,
+            body,
+            stored,
+        )
     })
 }
 
