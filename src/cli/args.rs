@@ -1,17 +1,16 @@
-//! The command line: the flags every command reads, the subcommands, and
-//! the arguments more than one command shares. Each subcommand's own
-//! arguments are defined beside it, in its module.
+//! The command line: the flags every command reads and the subcommands.
+//! Each subcommand's own arguments are defined beside it, in its module.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 use super::drill::DrillArgs;
 use super::events::EventsCommand;
 use super::outbox::OutboxCommand;
 use super::prune::PruneArgs;
 use super::reconcile::ReconcileArgs;
+pub use super::retention::RetentionArgs;
 use super::send::SendArgs;
 use super::sweep::{ImportArgs, SweepCommand};
 use crate::config::{DatabaseSettings, LogFormat, ServeSettings};
@@ -77,20 +76,6 @@ pub enum Command {
         )]
         listen: SocketAddr,
     },
-}
-
-/// The retention `prune` deletes past and `reconcile` checks within.
-#[derive(Debug, Clone, Args)]
-pub struct RetentionArgs {
-    /// How long events and delivered outbox rows are kept, in days.
-    #[arg(long, env = "WEBHOOKD_RETENTION_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
-    pub retention_days: u32,
-}
-
-impl RetentionArgs {
-    pub fn window(&self) -> Duration {
-        Duration::from_secs(u64::from(self.retention_days) * 86_400)
-    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,11 @@ pub mod dispatch;
 pub mod drill;
 pub mod events;
 pub mod explain;
+mod import_file;
 pub mod outbox;
 pub mod prune;
 pub mod reconcile;
+pub mod retention;
 pub mod send;
 pub mod sweep;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use sqlx::PgPool;
 
-use super::args::RetentionArgs;
+use super::retention::RetentionArgs;
 use crate::clock::Clock;
 use crate::events;
 use crate::outbox::store;
@@ -42,24 +42,16 @@ pub async fn run(
     }
     #[allow(clippy::cast_precision_loss)]
     let cutoff = clock.now() as f64 - age.as_secs_f64();
-    let mut pruned = (0, 0);
-    // Batch after batch until one comes back short: each is its own short
-    // statement, so ingest never waits behind a long delete.
-    let full = u64::try_from(args.batch).unwrap_or(u64::MAX);
-    loop {
-        let deleted = events::prune_batch(pool, cutoff, args.batch).await?;
-        pruned.0 += deleted;
-        if deleted < full {
-            break;
-        }
-    }
-    loop {
-        let deleted = store::prune_delivered_batch(pool, cutoff, args.batch).await?;
-        pruned.1 += deleted;
-        if deleted < full {
-            break;
-        }
-    }
+    let pruned = (
+        in_batches(args.batch, async |batch| {
+            events::prune_batch(pool, cutoff, batch).await
+        })
+        .await?,
+        in_batches(args.batch, async |batch| {
+            store::prune_delivered_batch(pool, cutoff, batch).await
+        })
+        .await?,
+    );
     writeln!(
         out,
         "pruned {} events and {} delivered outbox rows older than {}",
@@ -68,4 +60,22 @@ pub async fn run(
         humantime::format_duration(age)
     )?;
     Ok(pruned)
+}
+
+/// Rows deleted by `prune_batch` (up to `batch` a statement), run batch
+/// after batch until one comes back short: each is its own short statement,
+/// so ingest never waits behind a long delete.
+async fn in_batches(
+    batch: i64,
+    prune_batch: impl AsyncFn(i64) -> Result<u64, sqlx::Error>,
+) -> Result<u64, sqlx::Error> {
+    let full = u64::try_from(batch).unwrap_or(u64::MAX);
+    let mut pruned = 0;
+    loop {
+        let deleted = prune_batch(batch).await?;
+        pruned += deleted;
+        if deleted < full {
+            return Ok(pruned);
+        }
+    }
 }

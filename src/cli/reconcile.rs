@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use sqlx::PgPool;
 
-use super::args::RetentionArgs;
+use super::retention::RetentionArgs;
 use super::{MAX_SHOWN_TEXT_BYTES, id, json_line, shown};
 use crate::clock::Clock;
 use crate::config::{RazorpayApiArgs, StripeApiArgs};

@@ -1,6 +1,7 @@
 //! The transactional outbox: rows written in the ingest transaction, to be
 //! delivered at least once to the user's own systems, each with a stable id.
 
+mod drainer;
 mod pipeline;
 mod recorder;
 pub mod retry;

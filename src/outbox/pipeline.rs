@@ -12,13 +12,9 @@ use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::recorder::{Pending, Recorder, deadline, sleep_until, take};
+use super::drainer::{Drained, Drainer, MIN_WAIT, backoff, count};
+use super::recorder::{Pending, Recorder, take};
 use super::store::{self, Attempt, Budget, Lease, Leased, Settled};
-use super::worker::{Drained, Drainer, backoff, count};
-
-/// The shortest wait for the next due row: a row due already but not leased
-/// (locked for a moment by another statement) is not leased in a loop.
-pub(super) const MIN_WAIT: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -386,4 +382,19 @@ impl<'d> Pipeline<'d> {
             .held_bytes
             .fetch_sub(bytes, Ordering::Relaxed);
     }
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `grace` from now, or far in the future.
+fn deadline(grace: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(grace)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }

@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::pipeline::MIN_WAIT;
+use super::drainer::{Drained, Drainer, MIN_WAIT, count};
 use super::store::{self, Attempt, Settled};
-use super::worker::{Drained, Drainer, count};
 
 /// An outcome waits at most this long for others to share its statement.
 const FLUSH_AFTER: Duration = Duration::from_millis(5);
@@ -189,19 +188,4 @@ pub(super) async fn take<T>(pending: &mut Pending<T>) -> T {
     let output = pending.as_mut().expect("polled only while pending").await;
     *pending = None;
     output
-}
-
-/// Sleeps until `at`, or forever.
-pub(super) async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// `grace` from now, or far in the future.
-pub(super) fn deadline(grace: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(grace)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }

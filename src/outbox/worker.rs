@@ -1,197 +1,28 @@
-//! The drainer: leases due rows, delivers them with no transaction open and
-//! a bounded number in flight, records the outcomes of many deliveries in
-//! one statement against `(id, attempts)`. It wakes on an in-process
-//! [`Waker`] (ingest in the same process), on `LISTEN/NOTIFY` (ingest in
-//! other processes), at the time the next retry is due, and on a poll, so it
-//! works behind PgBouncer and after a lost notification. Several drainers
-//! may share one database: `skip locked` and the lease keep them apart, and
-//! a crashed drainer's lease simply expires.
+//! The drainer at work: leases due rows, delivers them with no transaction
+//! open and a bounded number in flight, records the outcomes of many
+//! deliveries in one statement against `(id, attempts)` ([`super::pipeline`]).
+//! It wakes on an in-process [`Waker`] (ingest in the same process), on
+//! `LISTEN/NOTIFY` (ingest in other processes), at the time the next retry
+//! is due, and on a poll, so it works behind PgBouncer and after a lost
+//! notification. Several drainers may share one database: `skip locked` and
+//! the lease keep them apart, and a crashed drainer's lease simply expires.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::drainer::backoff;
+pub use super::drainer::{
+    DEFAULT_BATCH_BYTES, Drained, Drainer, DrainerSettings, DrainerStats, LEASE_MARGIN, Waker,
+};
 use super::pipeline::{Mode, Pipeline};
-use super::retry::{self, Next, RetryPolicy};
-use super::store::{Attempt, Leased, Settled};
-use crate::clock::Clock;
-use crate::sinks::{Delivery, Sink};
-
-#[derive(Debug, Clone, Copy)]
-pub struct DrainerSettings {
-    /// Most rows leased per statement, and held (leased, not yet settled)
-    /// at once.
-    pub batch: i64,
-    /// Most payload bytes (as JSON text) held at once; a row larger than
-    /// this is leased alone. Bounds the drainer's memory whatever the rows.
-    pub batch_bytes: u64,
-    /// Deliveries in flight at once.
-    pub concurrency: usize,
-    /// Rows of one ordering key are delivered in the order they were
-    /// written: a row is not leased while an older row with its key is
-    /// neither delivered nor dead (`WEBHOOKD_OUTBOX_ORDER=key`).
-    pub ordered: bool,
-    /// How long a leased row stays invisible to other drainers; keep it above
-    /// the sink's timeout.
-    pub lease: Duration,
-    /// Fallback wake-up when no notification arrives.
-    pub poll: Duration,
-    pub retry: RetryPolicy,
-}
-
-/// The default of `WEBHOOKD_OUTBOX_BATCH_BYTES`.
-pub const DEFAULT_BATCH_BYTES: u64 = 8 * 1024 * 1024;
-
-/// Deliveries by result since start, and the drainer's statements and
-/// memory: hooks for metrics.
-#[derive(Debug, Default)]
-pub struct DrainerStats {
-    pub delivered: AtomicU64,
-    pub retried: AtomicU64,
-    /// Dead-lettered, by the sink's answer or because the attempts ran out
-    /// (abandoned ones included).
-    pub dead: AtomicU64,
-    /// Rows dead-lettered at lease: their last attempt never reported back.
-    pub abandoned: AtomicU64,
-    /// Outcomes not recorded because the lease had been taken over.
-    pub lost_leases: AtomicU64,
-    /// Lease statements run.
-    pub lease_statements: AtomicU64,
-    /// Statements that recorded outcomes (each of many rows).
-    pub record_statements: AtomicU64,
-    /// Payload bytes held now: leased and not yet delivered.
-    pub held_bytes: AtomicU64,
-    /// The most payload bytes ever held at once.
-    pub peak_held_bytes: AtomicU64,
-}
-
-/// What one pass did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Drained {
-    /// Rows the lease took, abandoned ones included.
-    pub leased: usize,
-    pub delivered: usize,
-    pub retried: usize,
-    /// Dead-lettered, abandoned ones included.
-    pub dead: usize,
-    /// Leased but not started (stopping, or too little lease left): given back.
-    pub released: usize,
-    /// Delivered or not, but the outcome could not be written; the lease
-    /// expires and the row is tried again.
-    pub unrecorded: usize,
-}
-
-/// Wakes a drainer of this process at once, e.g. after ingest committed
-/// outbox rows: cheaper and sooner than a notification through Postgres.
-/// Cheap to clone; a wake while the drainer is busy is kept for later.
-#[derive(Debug, Clone, Default)]
-pub struct Waker(pub(super) Arc<Notify>);
-
-impl Waker {
-    pub fn wake(&self) {
-        self.0.notify_one();
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Drainer {
-    pub(super) pool: PgPool,
-    sink: Arc<Sink>,
-    pub(super) settings: DrainerSettings,
-    pub(super) clock: Clock,
-    pub(super) stats: Arc<DrainerStats>,
-    /// Once cancelled, no new delivery starts.
-    pub(super) stopping: CancellationToken,
-    pub(super) waker: Waker,
-    /// Where it LISTENs for new rows: a session connection's pool (the
-    /// drainer's own pool, unless told otherwise), or nowhere (it polls).
-    listen: Option<PgPool>,
-}
 
 impl Drainer {
-    pub fn new(pool: PgPool, sink: Sink, settings: DrainerSettings, clock: Clock) -> Self {
-        Drainer {
-            pool: pool.clone(),
-            sink: Arc::new(sink),
-            settings,
-            clock,
-            stats: Arc::default(),
-            stopping: CancellationToken::new(),
-            waker: Waker::default(),
-            listen: Some(pool),
-        }
-    }
-
-    /// LISTENs on `listen` rather than on the drainer's own pool, or, with
-    /// `None`, not at all (behind a transaction pooler, where LISTEN cannot
-    /// work): it then wakes on its [`Waker`] and polls.
-    pub fn listening_on(mut self, listen: Option<PgPool>) -> Self {
-        self.listen = listen;
-        self
-    }
-
-    pub fn stats(&self) -> &Arc<DrainerStats> {
-        &self.stats
-    }
-
-    /// The handle that wakes this drainer (see [`Waker`]).
-    pub fn waker(&self) -> Waker {
-        self.waker.clone()
-    }
-
     /// Leases one batch of due rows, delivers them, records the outcomes.
     pub async fn drain_once(&self) -> Result<Drained, sqlx::Error> {
         Pipeline::new(self, Mode::Once).run(Duration::MAX).await
-    }
-
-    /// Whether a delivery started now could outlive the lease taken at
-    /// `leased_at` (Unix seconds), letting another drainer take the row over
-    /// while it is still being delivered.
-    pub(super) fn lease_too_short(&self, leased_at: i64) -> bool {
-        let elapsed =
-            Duration::from_secs(self.clock.now().saturating_sub(leased_at).unsigned_abs());
-        elapsed + self.sink.timeout() + LEASE_MARGIN >= self.settings.lease
-    }
-
-    pub(super) fn sink_name(&self) -> &'static str {
-        self.sink.name()
-    }
-
-    /// Delivers one leased row and decides what becomes of it.
-    pub(super) async fn attempt(&self, leased: Leased) -> Settled {
-        let Leased {
-            message,
-            requeued_attempts,
-        } = leased;
-        let (id, attempts) = (message.id, message.attempts);
-        let attempt = match self.sink.deliver(message).await {
-            Delivery::Delivered => Attempt::Delivered,
-            Delivery::Permanent { error } => Attempt::Dead { error },
-            Delivery::Retry { error, retry_after } => {
-                let jitter = retry::jitter(id, attempts);
-                // The budget restarts when a dead row is re-queued.
-                let attempt = attempts - requeued_attempts;
-                match self.settings.retry.next(attempt, retry_after, jitter) {
-                    Next::RetryAfter(wait) => Attempt::Retry {
-                        after_secs: wait.as_secs_f64(),
-                        error,
-                    },
-                    Next::GiveUp => Attempt::Dead {
-                        error: format!("{error} (after {attempt} attempts)"),
-                    },
-                }
-            }
-        };
-        Settled {
-            id,
-            attempts,
-            attempt,
-        }
     }
 
     /// Drains until `shutdown` is cancelled. Then it stops leasing and starting
@@ -215,11 +46,6 @@ impl Drainer {
         }
         tracing::info!("outbox drainer stopped");
     }
-}
-
-/// Counts `n` into `counter`.
-pub(super) fn count(counter: &AtomicU64, n: usize) {
-    counter.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 /// Wakes the drainer on every notification of the outbox channel, on a
@@ -257,14 +83,4 @@ async fn listen(pool: PgPool, wake: Waker, shutdown: CancellationToken) {
             }
         }
     }
-}
-
-/// Time kept in hand between the end of a delivery and the end of its lease,
-/// for recording the outcome.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
-
-/// 0.5 s, 1 s, 2 s, ... up to 30 s.
-pub(super) fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(500u64.saturating_mul(1 << failures.min(6).saturating_sub(1)))
-        .min(Duration::from_secs(30))
 }

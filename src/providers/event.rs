@@ -224,22 +224,48 @@ pub(crate) fn source_event(
         payload::scrub(&mut object);
     }
     Ok(Event {
-        provider: provider.clone(),
-        kind: Kind::Source,
-        event_id,
-        event_type,
         created,
         object,
-        raw: body.clone(),
-        stored: json.stored,
-        via: Via::Webhook,
-        livemode: None,
-        account: None,
-        refusal: None,
+        ..Event::delivered(
+            provider.clone(),
+            Kind::Source,
+            event_id,
+            event_type,
+            body,
+            json.stored,
+        )
     })
 }
 
 impl Event {
+    /// The event of `provider` that its envelope names `event_id` and
+    /// `event_type`, read from `body` (`stored` is what to keep instead, if
+    /// anything), as a delivery brings it: refused by nothing, and with no
+    /// time, object, mode or account until its scheme's envelope gives them.
+    pub(super) fn delivered(
+        provider: Arc<str>,
+        kind: Kind,
+        event_id: String,
+        event_type: String,
+        body: &Bytes,
+        stored: Option<String>,
+    ) -> Event {
+        Event {
+            provider,
+            kind,
+            event_id,
+            event_type,
+            created: None,
+            object: Value::Null,
+            raw: body.clone(),
+            stored,
+            via: Via::Webhook,
+            livemode: None,
+            account: None,
+            refusal: None,
+        }
+    }
+
     /// Rebuilds an event that this service verified and stored itself (a
     /// deferred event, or a replay) from its stored row. Any provider name
     /// other than the built-in ones is a generic source. The bytes are

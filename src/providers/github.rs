@@ -8,12 +8,19 @@ use bytes::Bytes;
 use http::HeaderMap;
 
 use super::{
-    Keys, SignatureError, Verify, identifier_header, lower_hex_32, required_header, source_event,
+    BodySignature, Keys, SignatureError, Verify, identifier_header, lower_hex_32, source_event,
 };
 use super::{VerifiedEvent, verified};
 use crate::secrets::Secrets;
 
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+
+const SIGNATURE: BodySignature<[u8; 32]> = BodySignature {
+    name: SIGNATURE_HEADER,
+    shown: "X-Hub-Signature-256",
+    decode: |value| value.strip_prefix("sha256=").and_then(lower_hex_32),
+    malformed: "expected sha256=<64 lower-case hex digits>",
+};
 
 #[derive(Debug)]
 pub struct GithubVerifier {
@@ -37,14 +44,7 @@ impl Verify for GithubVerifier {
         body: &Bytes,
         _now: i64,
     ) -> Result<VerifiedEvent, SignatureError> {
-        let signature = required_header(headers, SIGNATURE_HEADER, "X-Hub-Signature-256")?;
-        let signature = signature
-            .strip_prefix("sha256=")
-            .and_then(lower_hex_32)
-            .ok_or(SignatureError::MalformedHeader(
-                "expected sha256=<64 lower-case hex digits>",
-            ))?;
-        let secret = self.keys.verify(&[body], &[signature])?;
+        let secret = SIGNATURE.verify(&self.keys, headers, body)?;
         let event_id =
             identifier_header(headers, "x-github-delivery", "no usable X-GitHub-Delivery")?;
         let event_type = identifier_header(headers, "x-github-event", "no usable X-GitHub-Event")?;

@@ -8,6 +8,7 @@
 //! [`Providers::from_settings`], and, where it moves money, one file in
 //! `effects/`.
 
+mod body_signature;
 mod event;
 mod fields;
 pub mod github;
@@ -26,6 +27,7 @@ pub(crate) use fields::{
     parse_timestamp, required_header,
 };
 
+pub(crate) use body_signature::BodySignature;
 pub(crate) use payload::{JsonBody, parse_object};
 
 pub(crate) use event::source_event;

@@ -78,18 +78,16 @@ pub(crate) fn parse_event(body: &Bytes, transmitted: Option<i64>) -> Result<Even
         .or_else(|| object.get("update_time").and_then(rfc3339))
         .or(transmitted);
     Ok(Event {
-        provider: Arc::from(PROVIDER),
-        kind: Kind::Paypal,
-        event_id,
-        event_type,
         created,
         object,
-        raw: body.clone(),
-        stored,
-        via: Via::Webhook,
-        livemode: None,
-        account: None,
-        refusal: None,
+        ..Event::delivered(
+            Arc::from(PROVIDER),
+            Kind::Paypal,
+            event_id,
+            event_type,
+            body,
+            stored,
+        )
     })
 }
 

@@ -14,16 +14,23 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::{Event, VerifiedEvent, delivered_id, verified};
 use super::{
-    Keys, Kind, SignatureError, UNKNOWN_TYPE, Verify, Via, header, is_identifier, is_unix_time,
-    lower_hex_32, parse_object, required_header,
+    BodySignature, Keys, Kind, SignatureError, UNKNOWN_TYPE, Verify, Via, header, is_identifier,
+    is_unix_time, lower_hex_32, parse_object,
 };
+use super::{Event, VerifiedEvent, delivered_id, verified};
 use crate::secrets::Secrets;
 
 pub const PROVIDER: &str = "razorpay";
 pub const SIGNATURE_HEADER: &str = "x-razorpay-signature";
 pub const EVENT_ID_HEADER: &str = "x-razorpay-event-id";
+
+const SIGNATURE: BodySignature<[u8; 32]> = BodySignature {
+    name: SIGNATURE_HEADER,
+    shown: "X-Razorpay-Signature",
+    decode: lower_hex_32,
+    malformed: "not 64 lower-case hex digits",
+};
 
 #[derive(Debug)]
 pub struct RazorpayVerifier {
@@ -46,11 +53,7 @@ impl Verify for RazorpayVerifier {
         body: &Bytes,
         _now: i64,
     ) -> Result<VerifiedEvent, SignatureError> {
-        let signature = required_header(headers, SIGNATURE_HEADER, "X-Razorpay-Signature")?;
-        let signature = lower_hex_32(signature).ok_or(SignatureError::MalformedHeader(
-            "not 64 lower-case hex digits",
-        ))?;
-        let secret = self.keys.verify(&[body], &[signature])?;
+        let secret = SIGNATURE.verify(&self.keys, headers, body)?;
         let event_id = match header(headers, EVENT_ID_HEADER)? {
             Some(id) if is_identifier(id) => Some(delivered_id(id)?),
             Some(_) => {
@@ -100,18 +103,16 @@ pub(crate) fn parse_event(body: &Bytes, event_id: Option<&str>) -> Result<Event,
         }
     };
     Ok(Event {
-        provider: Arc::from(PROVIDER),
-        kind: Kind::Razorpay,
-        event_id,
-        event_type,
         created,
         object,
-        raw: body.clone(),
-        stored,
-        via: Via::Webhook,
-        livemode: None,
-        account: None,
-        refusal: None,
+        ..Event::delivered(
+            Arc::from(PROVIDER),
+            Kind::Razorpay,
+            event_id,
+            event_type,
+            body,
+            stored,
+        )
     })
 }
 

@@ -9,13 +9,19 @@ use bytes::Bytes;
 use http::HeaderMap;
 
 use super::{
-    Keys, SignatureError, Verify, base64_32, header, identifier_header, required_header,
-    source_event,
+    BodySignature, Keys, SignatureError, Verify, base64_32, header, identifier_header, source_event,
 };
 use super::{VerifiedEvent, verified};
 use crate::secrets::Secrets;
 
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
+
+const SIGNATURE: BodySignature<Vec<u8>> = BodySignature {
+    name: SIGNATURE_HEADER,
+    shown: "X-Shopify-Hmac-Sha256",
+    decode: base64_32,
+    malformed: "not the base64 of a SHA-256 HMAC",
+};
 
 #[derive(Debug)]
 pub struct ShopifyVerifier {
@@ -39,11 +45,7 @@ impl Verify for ShopifyVerifier {
         body: &Bytes,
         _now: i64,
     ) -> Result<VerifiedEvent, SignatureError> {
-        let signature = required_header(headers, SIGNATURE_HEADER, "X-Shopify-Hmac-Sha256")?;
-        let signature = base64_32(signature).ok_or(SignatureError::MalformedHeader(
-            "not the base64 of a SHA-256 HMAC",
-        ))?;
-        let secret = self.keys.verify(&[body], &[signature])?;
+        let secret = SIGNATURE.verify(&self.keys, headers, body)?;
         let id_header = match header(headers, "x-shopify-event-id")? {
             Some(_) => "x-shopify-event-id",
             None => "x-shopify-webhook-id",

@@ -152,18 +152,18 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
         .and_then(|data| data.get_mut("object"))
         .map_or(Value::Null, Value::take);
     Ok(Event {
-        provider: Arc::from(PROVIDER),
-        kind: Kind::Stripe,
-        event_id,
-        event_type,
         created,
         object,
-        raw: body.clone(),
-        stored,
-        via: Via::Webhook,
         livemode,
         account,
-        refusal: None,
+        ..Event::delivered(
+            Arc::from(PROVIDER),
+            Kind::Stripe,
+            event_id,
+            event_type,
+            body,
+            stored,
+        )
     })
 }
 

@@ -258,6 +258,18 @@ pub(super) fn connection_limits(settings: &ServeSettings, pool: &PgPool) -> Conn
 mod tests {
     use super::*;
 
+    /// Database settings that pass validation.
+    fn database() -> DatabaseSettings {
+        DatabaseSettings {
+            database_url: Some("postgres://localhost/webhookd".to_owned().into()),
+            db_pooler: DbPooler::None,
+            direct_database_url: None,
+            db_max_connections: 4,
+            db_acquire_timeout: Duration::from_secs(1),
+            db_statement_timeout: Duration::from_secs(1),
+        }
+    }
+
     #[test]
     fn every_problem_of_the_configuration_is_reported_at_once() {
         let mut settings = ServeSettings::default();
@@ -268,11 +280,7 @@ mod tests {
         settings.admin.admin_session_ttl = Duration::from_secs(5);
         let database = DatabaseSettings {
             database_url: None,
-            db_pooler: DbPooler::None,
-            direct_database_url: None,
-            db_max_connections: 4,
-            db_acquire_timeout: Duration::from_secs(1),
-            db_statement_timeout: Duration::from_secs(1),
+            ..database()
         };
         let error = validate(&settings, &database).unwrap_err().to_string();
         for problem in [
@@ -314,14 +322,7 @@ mod tests {
     #[test]
     fn validation_creates_no_certificate_directory_and_refuses_an_open_one() {
         use std::os::unix::fs::PermissionsExt;
-        let database = DatabaseSettings {
-            database_url: Some("postgres://localhost/webhookd".to_owned().into()),
-            db_pooler: DbPooler::None,
-            direct_database_url: None,
-            db_max_connections: 4,
-            db_acquire_timeout: Duration::from_secs(1),
-            db_statement_timeout: Duration::from_secs(1),
-        };
+        let database = database();
         let base = std::env::temp_dir().join(format!("webhookd-validate-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let mut settings = ServeSettings::default();
@@ -339,14 +340,7 @@ mod tests {
 
     #[test]
     fn the_defaults_are_valid() {
-        let database = DatabaseSettings {
-            database_url: Some("postgres://localhost/webhookd".to_owned().into()),
-            db_pooler: DbPooler::None,
-            direct_database_url: None,
-            db_max_connections: 4,
-            db_acquire_timeout: Duration::from_secs(1),
-            db_statement_timeout: Duration::from_secs(1),
-        };
+        let database = database();
         validate(&ServeSettings::default(), &database).unwrap();
     }
 }

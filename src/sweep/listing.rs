@@ -30,21 +30,52 @@ pub(crate) struct Listed {
     pub raw: Bytes,
 }
 
-/// A provider's events API, as a sweep reads it.
+/// A provider's events API, as a sweep reads it: page by page ([`list`]).
 pub(crate) trait EventsApi {
     const PROVIDER: &'static str;
 
-    /// Every event created in `window`, `[from, to)` (Unix seconds), in
-    /// any order, or `None` when there are more than [`SLICE_EVENTS`] of
-    /// them and the slice can be split ([`split`]).
-    async fn list(
+    /// Where the listing of one slice stands between its pages.
+    type Cursor;
+
+    /// The cursor of the first page of the slice `window`.
+    fn first(window: (i64, i64)) -> Self::Cursor;
+
+    /// Reads the page `cursor` names into `listed`: the events created in
+    /// `window`, `[from, to)` (Unix seconds), in any order. Moves `cursor`
+    /// on to the next page and answers `true`, or `false` when no page
+    /// follows. An answer that would widen the window, or that names a next
+    /// page yet moves on to nothing new, is an error.
+    async fn page(
         api: &mut Api,
         window: (i64, i64),
-        summary: &mut Summary,
-    ) -> Result<Option<Vec<Listed>>, ApiFailure>;
+        cursor: &mut Self::Cursor,
+        listed: &mut Vec<Listed>,
+    ) -> Result<bool, ApiFailure>;
 
     /// The event an API listed (its `listed_event`).
     fn event(raw: &Bytes) -> Result<Event, SignatureError>;
+}
+
+/// Every event `P` lists created in `window`, page after page, or `None`
+/// when there are more than the sweep holds at once and the slice can be
+/// split ([`split`]).
+async fn list<P: EventsApi>(
+    api: &mut Api,
+    window: (i64, i64),
+    summary: &mut Summary,
+) -> Result<Option<Vec<Listed>>, ApiFailure> {
+    let mut listed = Vec::new();
+    let mut cursor = P::first(window);
+    loop {
+        let more = P::page(api, window, &mut cursor, &mut listed).await?;
+        summary.pages += 1;
+        if !more {
+            return Ok(Some(listed));
+        }
+        if split(&listed, window, P::PROVIDER)? {
+            return Ok(None);
+        }
+    }
 }
 
 /// Sweeps `[since, until)` (Unix seconds) of `P`'s events and applies,
@@ -64,7 +95,7 @@ pub(crate) async fn sweep<P: EventsApi>(
     let mut summary = Summary::new(P::PROVIDER, mode, (since, until));
     let mut slices = super::slices((since, until));
     while let Some((from, to)) = slices.pop() {
-        let Some(mut listed) = P::list(api, (from, to), &mut summary).await? else {
+        let Some(mut listed) = list::<P>(api, (from, to), &mut summary).await? else {
             let middle = from + (to - from) / 2;
             slices.push((middle, to));
             slices.push((from, middle));

@@ -13,6 +13,7 @@
 //! always sent to the API base (the token never goes anywhere else); a link
 //! that does not move on is an error, never taken for the end.
 
+use std::collections::HashSet;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -22,7 +23,6 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::Summary;
 use super::api::{Api, ApiFailure, Auth};
 use super::listing::{self, EventsApi, Listed};
 use crate::providers::paypal::{PROVIDER, listed_event, parse_time};
@@ -121,59 +121,71 @@ pub(crate) struct Paypal;
 impl EventsApi for Paypal {
     const PROVIDER: &'static str = PROVIDER;
 
-    /// Every event created in `[from, to)`, or `None` when the slice is to be
-    /// split. PayPal's `end_time` is inclusive: an event created at `to` is
-    /// left to the next slice.
-    async fn list(
-        api: &mut Api,
-        (from, to): (i64, i64),
-        summary: &mut Summary,
-    ) -> Result<Option<Vec<Listed>>, ApiFailure> {
-        let mut listed: Vec<Listed> = Vec::new();
+    type Cursor = Pages;
+
+    fn first((from, to): (i64, i64)) -> Pages {
         let window = vec![
             ("page_size".to_owned(), PAGE_SIZE.to_string()),
             ("start_time".to_owned(), rfc3339(from)),
             ("end_time".to_owned(), rfc3339(to)),
         ];
-        let mut query = window.clone();
-        // Every page asked for, so that links that go round in a circle,
-        // or pages that never end, stop the sweep instead of looping.
-        let mut asked: std::collections::HashSet<Vec<(String, String)>> = Default::default();
-        loop {
-            if !asked.insert(query.clone()) {
-                return Err(malformed("a next link to a page already read".into()));
-            }
-            if asked.len() > MAX_PAGES_PER_SLICE {
-                return Err(malformed(format!(
-                    "more than {MAX_PAGES_PER_SLICE} pages for one slice"
-                )));
-            }
-            let pairs: Vec<(&str, String)> =
-                query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-            let body = api.get(LIST_PATH, &pairs).await?;
-            summary.pages += 1;
-            let page: Page = serde_json::from_slice(&body)
-                .map_err(|e| malformed(format!("a list page: {e}")))?;
-            listing::page_of(page.events.len(), PAGE_SIZE as usize, PROVIDER)?;
-            for raw in page.events {
-                if let Some(event) = listed_in(&raw, (from, to))? {
-                    listed.push(event);
-                }
-            }
-            let Some(next) = page.links.iter().find(|link| link.rel == "next") else {
-                return Ok(Some(listed));
-            };
-            let next = next_query(api.base(), &next.href, &window)?;
-            if listing::split(&listed, (from, to), PROVIDER)? {
-                return Ok(None);
-            }
-            query = next;
+        Pages {
+            query: window.clone(),
+            window,
+            asked: HashSet::new(),
         }
+    }
+
+    /// PayPal's `end_time` is inclusive: an event created at `to` is left
+    /// to the next slice.
+    async fn page(
+        api: &mut Api,
+        (from, to): (i64, i64),
+        pages: &mut Pages,
+        listed: &mut Vec<Listed>,
+    ) -> Result<bool, ApiFailure> {
+        if !pages.asked.insert(pages.query.clone()) {
+            return Err(malformed("a next link to a page already read".into()));
+        }
+        if pages.asked.len() > MAX_PAGES_PER_SLICE {
+            return Err(malformed(format!(
+                "more than {MAX_PAGES_PER_SLICE} pages for one slice"
+            )));
+        }
+        let pairs: Vec<(&str, String)> = pages
+            .query
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let body = api.get(LIST_PATH, &pairs).await?;
+        let page: Page =
+            serde_json::from_slice(&body).map_err(|e| malformed(format!("a list page: {e}")))?;
+        listing::page_of(page.events.len(), PAGE_SIZE as usize, PROVIDER)?;
+        for raw in page.events {
+            if let Some(event) = listed_in(&raw, (from, to))? {
+                listed.push(event);
+            }
+        }
+        let Some(next) = page.links.iter().find(|link| link.rel == "next") else {
+            return Ok(false);
+        };
+        pages.query = next_query(api.base(), &next.href, &pages.window)?;
+        Ok(true)
     }
 
     fn event(raw: &Bytes) -> Result<Event, SignatureError> {
         listed_event(raw)
     }
+}
+
+/// Where the listing of a slice stands: the slice's own page size and
+/// times, the query of the next page, and every query asked so far, so
+/// that links that go round in a circle, or pages that never end, stop the
+/// sweep instead of looping.
+pub(crate) struct Pages {
+    window: Vec<(String, String)>,
+    query: Vec<(String, String)>,
+    asked: HashSet<Vec<(String, String)>>,
 }
 
 #[derive(Deserialize)]

@@ -8,7 +8,6 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::Summary;
 use super::api::{Api, ApiFailure};
 use super::listing::{self, EventsApi, Listed};
 use crate::effects::stripe::HANDLED_TYPES;
@@ -44,63 +43,64 @@ pub(crate) struct Stripe;
 impl EventsApi for Stripe {
     const PROVIDER: &'static str = PROVIDER;
 
-    async fn list(
+    /// The last event listed: the next page starts after it.
+    type Cursor = Option<String>;
+
+    fn first(_window: (i64, i64)) -> Option<String> {
+        None
+    }
+
+    async fn page(
         api: &mut Api,
         (from, to): (i64, i64),
-        summary: &mut Summary,
-    ) -> Result<Option<Vec<Listed>>, ApiFailure> {
-        let mut listed: Vec<Listed> = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let mut query: Vec<(&str, String)> = HANDLED_TYPES
-                .iter()
-                .map(|kind| ("types[]", (*kind).to_owned()))
-                .collect();
-            query.extend([
-                ("created[gte]", from.to_string()),
-                ("created[lt]", to.to_string()),
-                ("limit", PAGE.to_string()),
-            ]);
-            if let Some(after) = &after {
-                query.push(("starting_after", after.clone()));
-            }
-            let body = api.get("/v1/events", &query).await?;
-            summary.pages += 1;
-            let page: Page = serde_json::from_slice(&body)
-                .map_err(|e| ApiFailure::Malformed(format!("a list page: {e}"), PROVIDER))?;
-            listing::page_of(page.data.len(), PAGE, PROVIDER)?;
-            for raw in page.data {
-                let head: Head = serde_json::from_str(raw.get())
-                    .map_err(|e| ApiFailure::Malformed(format!("an event: {e}"), PROVIDER))?;
-                // Hostile or mistaken answers must not loop or widen the window.
-                if head.created < from || head.created >= to {
-                    return Err(ApiFailure::Malformed(
-                        format!("event created at {} outside [{from}, {to})", head.created),
-                        PROVIDER,
-                    ));
-                }
-                listed.push(Listed {
-                    id: head.id,
-                    created: head.created,
-                    raw: Bytes::from(raw.get().to_owned()),
-                });
-            }
-            if !page.has_more {
-                return Ok(Some(listed));
-            }
-            let last = listed.last().map(|event| event.id.clone());
-            if last.is_none() || last == after {
-                // More, it says, yet nothing new: never take that for the end.
+        after: &mut Option<String>,
+        listed: &mut Vec<Listed>,
+    ) -> Result<bool, ApiFailure> {
+        let mut query: Vec<(&str, String)> = HANDLED_TYPES
+            .iter()
+            .map(|kind| ("types[]", (*kind).to_owned()))
+            .collect();
+        query.extend([
+            ("created[gte]", from.to_string()),
+            ("created[lt]", to.to_string()),
+            ("limit", PAGE.to_string()),
+        ]);
+        if let Some(after) = after {
+            query.push(("starting_after", after.clone()));
+        }
+        let body = api.get("/v1/events", &query).await?;
+        let page: Page = serde_json::from_slice(&body)
+            .map_err(|e| ApiFailure::Malformed(format!("a list page: {e}"), PROVIDER))?;
+        listing::page_of(page.data.len(), PAGE, PROVIDER)?;
+        for raw in page.data {
+            let head: Head = serde_json::from_str(raw.get())
+                .map_err(|e| ApiFailure::Malformed(format!("an event: {e}"), PROVIDER))?;
+            // Hostile or mistaken answers must not loop or widen the window.
+            if head.created < from || head.created >= to {
                 return Err(ApiFailure::Malformed(
-                    "a page with has_more but no new event".into(),
+                    format!("event created at {} outside [{from}, {to})", head.created),
                     PROVIDER,
                 ));
             }
-            if listing::split(&listed, (from, to), PROVIDER)? {
-                return Ok(None);
-            }
-            after = last;
+            listed.push(Listed {
+                id: head.id,
+                created: head.created,
+                raw: Bytes::from(raw.get().to_owned()),
+            });
         }
+        if !page.has_more {
+            return Ok(false);
+        }
+        let last = listed.last().map(|event| event.id.clone());
+        if last.is_none() || last == *after {
+            // More, it says, yet nothing new: never take that for the end.
+            return Err(ApiFailure::Malformed(
+                "a page with has_more but no new event".into(),
+                PROVIDER,
+            ));
+        }
+        *after = last;
+        Ok(true)
     }
 
     fn event(raw: &Bytes) -> Result<Event, SignatureError> {
