@@ -105,8 +105,7 @@ pub async fn of_user(
     user_id: &str,
     limit: i64,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
@@ -117,11 +116,7 @@ pub async fn of_user(
         "#,
         user_id,
         limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 /// The payments an event recorded.
@@ -130,8 +125,7 @@ pub async fn of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
@@ -141,9 +135,5 @@ pub async fn of_event(
         "#,
         provider,
         event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }

@@ -20,8 +20,7 @@ use crate::db;
 /// without JIT ([`db::BEGIN_LOOKUP`]): estimated at many related events,
 /// its plan was JIT-compiled for longer than it ran.
 pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
-    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
-    let rows = sqlx::query!(
+    let rows = db::lookup(pool).all(sqlx::query!(
         r#"
         with recursive related as (select distinct provider, event_id from related_events($1)),
         topics (topic) as (
@@ -104,9 +103,6 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
         order by at, line
         "#,
         subject,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    )).await?;
     Ok(rows.into_iter().map(|row| (row.at, row.line)).collect())
 }

@@ -199,8 +199,7 @@ pub async fn rows(
     event: Option<(&str, &str)>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let (provider, event_id) = event.unzip();
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Row,
         r#"
         select provider as "provider!", subscription_id as "subscription_id!", user_id, status as "status!",
@@ -223,11 +222,7 @@ pub async fn rows(
         user_id,
         provider,
         event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 #[cfg(test)]

@@ -94,10 +94,10 @@ pub async fn page(
         ),
         None => (None, None, None),
     };
-    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
-    let rows = match filter.q.as_deref() {
+    let lookup = db::lookup(pool);
+    match filter.q.as_deref() {
         None => {
-            sqlx::query_as!(
+            lookup.all(sqlx::query_as!(
                 Row,
                 r#"
                 select provider, event_id, event_type, outcome, received_via,
@@ -125,12 +125,10 @@ pub async fn page(
                 before_provider,
                 before_id,
                 limit,
-            )
-            .fetch_all(&mut *tx)
-            .await
+            )).await
         }
         Some(q) => {
-            sqlx::query_as!(
+            lookup.all(sqlx::query_as!(
                 Row,
                 r#"
                 select e.provider, e.event_id, e.event_type, e.outcome, e.received_via,
@@ -160,13 +158,9 @@ pub async fn page(
                 before_id,
                 limit,
                 q,
-            )
-            .fetch_all(&mut *tx)
-            .await
+            )).await
         }
-    }?;
-    tx.commit().await?;
-    Ok(rows)
+    }
 }
 
 /// Events received since `since` (Unix seconds), counted by outcome in
@@ -181,8 +175,7 @@ pub async fn counts_by_outcome(
     since: i64,
     bucket_secs: i64,
 ) -> Result<Vec<(i64, String, i64)>, sqlx::Error> {
-    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
-    let rows = sqlx::query!(
+    let rows = db::lookup(pool).all(sqlx::query!(
         r#"
         select extract(epoch from bucket)::bigint as "bucket!", outcome, count as "count!"
         from (select date_bin(make_interval(secs => $2::bigint), received_at, timestamptz 'epoch') as bucket,
@@ -194,10 +187,7 @@ pub async fn counts_by_outcome(
         "#,
         since,
         bucket_secs,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    )).await?;
     Ok(rows
         .into_iter()
         .map(|r| (r.bucket, r.outcome, r.count))
@@ -217,10 +207,10 @@ pub struct Deferred {
 
 /// The events waiting longest first, up to `limit`.
 pub async fn deferred(pool: &PgPool, limit: i64) -> Result<Vec<Deferred>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Deferred,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            Deferred,
+            r#"
         select d.provider, d.event_id, e.event_type, d.waits_for,
                to_char(d.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "since!",
                extract(epoch from now() - d.created_at)::float8 as "waited_secs!"
@@ -228,27 +218,22 @@ pub async fn deferred(pool: &PgPool, limit: i64) -> Result<Vec<Deferred>, sqlx::
         order by d.created_at, d.provider, d.event_id
         limit $1
         "#,
-        limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            limit,
+        ))
+        .await
 }
 
 /// How many events wait, and for how long the oldest has (seconds).
 pub async fn deferred_depth(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let row = sqlx::query!(
-        r#"
+    let row = db::read_only(pool)
+        .one(sqlx::query!(
+            r#"
         select count(*) as "count!",
                coalesce(extract(epoch from now() - min(created_at)), 0)::float8 as "oldest!"
         from deferred_events
         "#
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
+        ))
+        .await?;
     Ok((row.count, row.oldest))
 }
 

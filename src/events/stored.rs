@@ -23,8 +23,7 @@ pub async fn find(
     provider: &str,
     event_id: &str,
 ) -> Result<Option<Stored>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).optional(sqlx::query_as!(
         Stored,
         r#"
         select provider, event_id, event_type, outcome, detail, payload::text as "payload!",
@@ -36,11 +35,7 @@ pub async fn find(
         "#,
         provider,
         event_id,
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 /// A stored event as a page shows it: the text of its detail and payload
@@ -67,8 +62,7 @@ pub async fn preview(
     event_id: &str,
     chars: i32,
 ) -> Result<Option<Preview>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).optional(sqlx::query_as!(
         Preview,
         r#"
         select provider, event_id, event_type, outcome,
@@ -83,11 +77,7 @@ pub async fn preview(
         provider,
         event_id,
         chars,
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 /// Deletes up to `batch` events received before `cutoff` (Unix seconds),

@@ -26,21 +26,18 @@ pub struct EntryRow {
 }
 
 pub async fn wallets_of_user(pool: &PgPool, user_id: &str) -> Result<Vec<WalletRow>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        WalletRow,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            WalletRow,
+            r#"
         select user_id, currency, balance_minor,
                to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
         from wallets where user_id = $1
         order by currency
         "#,
-        user_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            user_id,
+        ))
+        .await
 }
 
 /// The user's newest entries first, up to `limit`.
@@ -49,23 +46,20 @@ pub async fn entries_of_user(
     user_id: &str,
     limit: i64,
 ) -> Result<Vec<EntryRow>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        EntryRow,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            EntryRow,
+            r#"
         select id, user_id, currency, amount_minor, kind, provider, source_ref, event_id,
                to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!"
         from wallet_entries where user_id = $1
         order by id desc
         limit $2
         "#,
-        user_id,
-        limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            user_id,
+            limit,
+        ))
+        .await
 }
 
 /// The entries an event wrote.
@@ -74,20 +68,17 @@ pub async fn entries_of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<EntryRow>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        EntryRow,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            EntryRow,
+            r#"
         select id, user_id, currency, amount_minor, kind, provider, source_ref, event_id,
                to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!"
         from wallet_entries where event_id = $2 and provider = $1
         order by id
         "#,
-        provider,
-        event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            provider,
+            event_id,
+        ))
+        .await
 }

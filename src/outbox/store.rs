@@ -157,8 +157,7 @@ pub struct Depth {
 }
 
 pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let row = sqlx::query!(
+    let row = db::read_only(pool).one(sqlx::query!(
         r#"
         select count(*) filter (where dead_at is null) as "pending!",
                coalesce(extract(epoch from now() - min(created_at) filter (where dead_at is null)), 0)::float8
@@ -167,10 +166,7 @@ pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
         from outbox
         where delivered_at is null
         "#
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    )).await?;
     Ok(Depth {
         pending: row.pending,
         oldest_pending_secs: row.oldest,

@@ -152,30 +152,24 @@ pub async fn cut_over(pool: &PgPool, provider: &str, at: i64) -> Result<(), sqlx
 
 /// The cut-over of `provider`'s imports (Unix seconds), if any.
 pub async fn not_before(pool: &PgPool, provider: &str) -> Result<Option<i64>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let at = sqlx::query_scalar!(
-        r#"select extract(epoch from not_before)::bigint from sweeps where provider = $1"#,
+    let row = db::read_only(pool).optional(sqlx::query!(
+        r#"select extract(epoch from not_before)::bigint as at from sweeps where provider = $1"#,
         provider
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(at.flatten())
+    ));
+    Ok(row.await?.and_then(|row| row.at))
 }
 
 /// The last successful run of each provider's sweep (Unix seconds), for
 /// `/metrics`.
 pub async fn last_successes(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let rows = sqlx::query!(
-        r#"
+    let rows = db::read_only(pool)
+        .all(sqlx::query!(
+            r#"
         select provider, extract(epoch from last_success_at)::bigint as "at!"
         from sweeps where last_success_at is not null order by provider
         "#
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+        ))
+        .await?;
     Ok(rows.into_iter().map(|row| (row.provider, row.at)).collect())
 }
 
@@ -190,8 +184,7 @@ pub struct Run {
 }
 
 pub async fn runs(pool: &PgPool) -> Result<Vec<Run>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Run,
         r#"
         select provider,
@@ -200,9 +193,5 @@ pub async fn runs(pool: &PgPool) -> Result<Vec<Run>, sqlx::Error> {
                last_result
         from sweeps order by provider
         "#
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }

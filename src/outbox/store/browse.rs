@@ -25,8 +25,7 @@ pub async fn page(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Listed,
         r#"
         select id, topic, provider, event_id, attempts,
@@ -50,11 +49,7 @@ pub async fn page(
         filter.error,
         after,
         limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 /// The rows of one event, delivered or not, oldest first. The outbox has
@@ -68,8 +63,7 @@ pub async fn of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Listed,
         r#"
         with recursive topics (topic) as (
@@ -93,11 +87,7 @@ pub async fn of_event(
         "#,
         provider,
         event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 /// What a bulk retry of `filter`'s dead rows would touch.
@@ -113,10 +103,10 @@ pub struct Counted {
 }
 
 pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Counted,
-        r#"
+    db::read_only(pool)
+        .one(sqlx::query_as!(
+            Counted,
+            r#"
         select count(*) as "count!", max(id) as max_id,
                to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "as_of!"
         from outbox
@@ -124,13 +114,10 @@ pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx:
           and ($1::text is null or topic = $1)
           and ($2::text is null or strpos(lower(coalesce(last_error, '')), lower($2)) > 0)
         "#,
-        filter.topic,
-        filter.error,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            filter.topic,
+            filter.error,
+        ))
+        .await
 }
 
 /// Which dead rows a retry takes besides the filter: one row, rows up to
@@ -191,10 +178,10 @@ pub async fn failed_attempts(
     pool: &PgPool,
     ids: &[i64],
 ) -> Result<Vec<FailedAttempt>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        FailedAttempt,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            FailedAttempt,
+            r#"
         select outbox_id, attempt,
                to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "at!",
                outcome, error
@@ -203,10 +190,7 @@ pub async fn failed_attempts(
         order by outbox_id, attempt
         limit 1000
         "#,
-        ids,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            ids,
+        ))
+        .await
 }
