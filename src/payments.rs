@@ -2,7 +2,7 @@
 //! forward: `refunded_minor` only grows and the status never goes back
 //! (`payment_status_rank` in the schema).
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use sqlx::PgConnection;
 
 #[derive(Debug)]
@@ -96,7 +96,7 @@ pub struct Row {
     pub refunded_minor: i64,
     /// The event that recorded the payment itself.
     pub event_id: Option<String>,
-    pub updated_at: String,
+    pub updated_at: Timestamp,
 }
 
 /// The user's payments, newest first, up to `limit`.
@@ -109,7 +109,7 @@ pub async fn of_user(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
-               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+               updated_at as "updated_at!: Timestamp"
         from payments where user_id = $1
         order by updated_at desc, provider, payment_id
         limit $2
@@ -129,7 +129,7 @@ pub async fn of_event(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
-               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+               updated_at as "updated_at!: Timestamp"
         from payments where provider = $1 and event_id = $2
         order by payment_id
         "#,

@@ -6,7 +6,7 @@
 
 use sqlx::PgPool;
 
-use crate::db;
+use crate::db::{self, Timestamp};
 
 /// `subject`'s story as `(at, line)`, oldest first, in one statement: the
 /// events it is related to (as an event, payment, user or subscription id),
@@ -98,11 +98,14 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
                   join (select e.user_id, e.currency from wallet_entries e join related using (provider, event_id)) e
                     using (user_id, currency)) w
         )
-        select to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "at!", line as "line!"
+        select at as "at!: Timestamp", line as "line!"
         from timeline
         order by at, line
         "#,
         subject,
     )).await?;
-    Ok(rows.into_iter().map(|row| (row.at, row.line)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.at.millis(), row.line))
+        .collect())
 }

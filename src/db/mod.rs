@@ -15,8 +15,10 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub mod detection;
 mod failure;
+mod timestamp;
 
 pub use failure::{Failure, Poison, classify, is_connection_failure, statement_of_another_session};
+pub use timestamp::Timestamp;
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");

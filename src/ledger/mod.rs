@@ -298,9 +298,8 @@ pub struct DrillCounts {
 }
 
 pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCounts, sqlx::Error> {
-    let row = db::read_only(pool)
-        .one(sqlx::query!(
-            r#"
+    let query = sqlx::query!(
+        r#"
         with events as (
             select provider, count(*) as n from processed_events
             where starts_with(event_id, 'evt_' || $1) group by provider
@@ -339,19 +338,18 @@ pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCoun
                                        where e.user_id = w.user_id and e.currency = w.currency))
                 as "mismatched_wallets!"
         "#,
-            prefix,
-        ))
-        .await?;
-    let totals = db::read_only(pool)
-        .all(sqlx::query!(
-            r#"
+        prefix,
+    );
+    let row = db::read_only(pool).one(query).await?;
+    let query = sqlx::query!(
+        r#"
         select currency, sum(balance_minor)::bigint as "total!"
         from wallets where starts_with(user_id, $1)
         group by currency order by currency
         "#,
-            prefix,
-        ))
-        .await?;
+        prefix,
+    );
+    let totals = db::read_only(pool).all(query).await?;
     Ok(DrillCounts {
         stripe_events: row.stripe_events,
         razorpay_events: row.razorpay_events,

@@ -1,6 +1,6 @@
 //! All outbox SQL.
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
@@ -123,8 +123,8 @@ pub struct Listed {
     pub event_id: String,
     pub attempts: i32,
     pub state: String,
-    pub created_at: String,
-    pub available_at: String,
+    pub created_at: Timestamp,
+    pub available_at: Timestamp,
     pub last_error: Option<String>,
 }
 

@@ -2,7 +2,7 @@
 //! dead rows by topic and error text, keyset-paginated by id, and a bulk
 //! retry that first counts what it would touch.
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use sqlx::PgPool;
 
 use super::Listed;
@@ -25,15 +25,16 @@ pub async fn page(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    db::read_only(pool).all(sqlx::query_as!(
-        Listed,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            Listed,
+            r#"
         select id, topic, provider, event_id, attempts,
                case when dead_at is not null then 'dead'
                     when locked_until > now() then 'leased'
                     else 'pending' end as "state!",
-               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
-               to_char(available_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               created_at as "created_at!: Timestamp",
+               available_at as "available_at!: Timestamp",
                last_error
         from outbox
         where delivered_at is null
@@ -44,12 +45,13 @@ pub async fn page(
         order by id
         limit $5
         "#,
-        filter.dead,
-        filter.topic,
-        filter.error,
-        after,
-        limit,
-    )).await
+            filter.dead,
+            filter.topic,
+            filter.error,
+            after,
+            limit,
+        ))
+        .await
 }
 
 /// The rows of one event, delivered or not, oldest first. The outbox has
@@ -63,9 +65,10 @@ pub async fn of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    db::read_only(pool).all(sqlx::query_as!(
-        Listed,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            Listed,
+            r#"
         with recursive topics (topic) as (
             select min(topic) from outbox
             union all
@@ -77,17 +80,18 @@ pub async fn of_event(
                     when o.dead_at is not null then 'dead'
                     when o.locked_until > now() then 'leased'
                     else 'pending' end as "state!",
-               to_char(o.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
-               to_char(coalesce(o.delivered_at, o.dead_at, o.available_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               o.created_at as "created_at!: Timestamp",
+               coalesce(o.delivered_at, o.dead_at, o.available_at) as "available_at!: Timestamp",
                o.last_error
         from topics t
         join outbox o on o.topic = t.topic and o.dedupe_key = $1 || ':' || $2
         where o.provider = $1 and o.event_id = $2
         order by o.id
         "#,
-        provider,
-        event_id,
-    )).await
+            provider,
+            event_id,
+        ))
+        .await
 }
 
 /// What a bulk retry of `filter`'s dead rows would touch.
@@ -103,21 +107,23 @@ pub struct Counted {
 }
 
 pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx::Error> {
-    db::read_only(pool)
-        .one(sqlx::query_as!(
-            Counted,
-            r#"
-        select count(*) as "count!", max(id) as max_id,
-               to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "as_of!"
+    let row = db::read_only(pool).one(sqlx::query!(
+        r#"
+        select count(*) as "count!", max(id) as max_id, now() as "as_of!: Timestamp"
         from outbox
         where dead_at is not null and delivered_at is null
           and ($1::text is null or topic = $1)
           and ($2::text is null or strpos(lower(coalesce(last_error, '')), lower($2)) > 0)
         "#,
-            filter.topic,
-            filter.error,
-        ))
-        .await
+        filter.topic,
+        filter.error,
+    ));
+    let row = row.await?;
+    Ok(Counted {
+        count: row.count,
+        max_id: row.max_id,
+        as_of: row.as_of.micros(),
+    })
 }
 
 /// Which dead rows a retry takes besides the filter: one row, rows up to
@@ -166,7 +172,7 @@ pub async fn retry_dead_matching(
 pub struct FailedAttempt {
     pub outbox_id: i64,
     pub attempt: i32,
-    pub at: String,
+    pub at: Timestamp,
     /// `retry` or `dead`.
     pub outcome: String,
     pub error: String,
@@ -178,19 +184,18 @@ pub async fn failed_attempts(
     pool: &PgPool,
     ids: &[i64],
 ) -> Result<Vec<FailedAttempt>, sqlx::Error> {
-    db::read_only(pool)
-        .all(sqlx::query_as!(
-            FailedAttempt,
-            r#"
+    let query = sqlx::query_as!(
+        FailedAttempt,
+        r#"
         select outbox_id, attempt,
-               to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "at!",
+               at as "at!: Timestamp",
                outcome, error
         from outbox_attempts
         where outbox_id = any($1::int8[])
         order by outbox_id, attempt
         limit 1000
         "#,
-            ids,
-        ))
-        .await
+        ids,
+    );
+    db::read_only(pool).all(query).await
 }
