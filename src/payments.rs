@@ -2,7 +2,7 @@
 //! forward: `refunded_minor` only grows and the status never goes back
 //! (`payment_status_rank` in the schema).
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use sqlx::PgConnection;
 
 #[derive(Debug)]
@@ -96,7 +96,7 @@ pub struct Row {
     pub refunded_minor: i64,
     /// The event that recorded the payment itself.
     pub event_id: Option<String>,
-    pub updated_at: String,
+    pub updated_at: Timestamp,
 }
 
 /// The user's payments, newest first, up to `limit`.
@@ -105,23 +105,18 @@ pub async fn of_user(
     user_id: &str,
     limit: i64,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
-               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+               updated_at as "updated_at!: Timestamp"
         from payments where user_id = $1
         order by updated_at desc, provider, payment_id
         limit $2
         "#,
         user_id,
         limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 /// The payments an event recorded.
@@ -130,20 +125,15 @@ pub async fn of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Row,
         r#"
         select provider, payment_id, user_id, amount_minor, currency, status, refunded_minor, event_id,
-               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+               updated_at as "updated_at!: Timestamp"
         from payments where provider = $1 and event_id = $2
         order by payment_id
         "#,
         provider,
         event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }

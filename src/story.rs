@@ -6,7 +6,7 @@
 
 use sqlx::PgPool;
 
-use crate::db;
+use crate::db::{self, Timestamp};
 
 /// `subject`'s story as `(at, line)`, oldest first, in one statement: the
 /// events it is related to (as an event, payment, user or subscription id),
@@ -20,8 +20,7 @@ use crate::db;
 /// without JIT ([`db::BEGIN_LOOKUP`]): estimated at many related events,
 /// its plan was JIT-compiled for longer than it ran.
 pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
-    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
-    let rows = sqlx::query!(
+    let rows = db::lookup(pool).all(sqlx::query!(
         r#"
         with recursive related as (select distinct provider, event_id from related_events($1)),
         topics (topic) as (
@@ -99,14 +98,14 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
                   join (select e.user_id, e.currency from wallet_entries e join related using (provider, event_id)) e
                     using (user_id, currency)) w
         )
-        select to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "at!", line as "line!"
+        select at as "at!: Timestamp", line as "line!"
         from timeline
         order by at, line
         "#,
         subject,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(rows.into_iter().map(|row| (row.at, row.line)).collect())
+    )).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.at.millis(), row.line))
+        .collect())
 }

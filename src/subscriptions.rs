@@ -3,7 +3,7 @@
 //! nothing; on a tie the later arrival applies, except that a terminal status
 //! is never replaced by a non-terminal one.
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use sqlx::PgConnection;
 
 /// Statuses after which a subscription does not come back, in any case:
@@ -185,10 +185,10 @@ pub struct Row {
     pub user_id: Option<String>,
     pub status: String,
     pub plan_id: Option<String>,
-    pub current_period_end: Option<String>,
+    pub current_period_end: Option<Timestamp>,
     /// The event whose state is stored.
     pub event_id: String,
-    pub updated_at: String,
+    pub updated_at: Timestamp,
 }
 
 /// The user's subscriptions, or those whose stored state came from one
@@ -199,22 +199,21 @@ pub async fn rows(
     event: Option<(&str, &str)>,
 ) -> Result<Vec<Row>, sqlx::Error> {
     let (provider, event_id) = event.unzip();
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Row,
         r#"
         select provider as "provider!", subscription_id as "subscription_id!", user_id, status as "status!",
                plan_id,
-               to_char(current_period_end at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as current_period_end,
+               current_period_end as "current_period_end: Timestamp",
                event_id as "event_id!",
-               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+               updated_at as "updated_at!: Timestamp"
         from subscriptions
         where user_id = $1
         union all
         select provider, subscription_id, user_id, status, plan_id,
-               to_char(current_period_end at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+               current_period_end,
                event_id,
-               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+               updated_at
         from subscriptions
         where provider = $2 and event_id = $3
         order by 8 desc, 1, 2
@@ -223,11 +222,7 @@ pub async fn rows(
         user_id,
         provider,
         event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ async fn list(
             id(&e.provider),
             id(&e.event_id),
             id(&e.event_type),
-            id(&e.outcome),
+            e.outcome,
             id(&e.received_via)
         )?;
     }
@@ -99,7 +99,7 @@ async fn show(
     )?;
     writeln!(out, "received:    {}", stored.received_at)?;
     writeln!(out, "via:         {}", id(&stored.received_via))?;
-    writeln!(out, "outcome:     {}", id(&stored.outcome))?;
+    writeln!(out, "outcome:     {}", stored.outcome)?;
     let detail = stored.detail.to_string();
     writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;
     // The whole payload (it is what was asked for), escaped.
@@ -135,15 +135,11 @@ async fn replay(
         writeln!(
             out,
             "stored outcome changed from {} to {}",
-            id(&done.stored_outcome),
+            done.stored_outcome,
             applied.outcome.as_str()
         )?;
     } else {
-        writeln!(
-            out,
-            "stored outcome unchanged ({})",
-            id(&done.stored_outcome)
-        )?;
+        writeln!(out, "stored outcome unchanged ({})", done.stored_outcome)?;
     }
     Ok(())
 }

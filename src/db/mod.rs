@@ -7,15 +7,18 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::Map;
 use sqlx::{Connection, Postgres, Transaction};
 
 use secrecy::{ExposeSecret, SecretString};
 
 pub mod detection;
 mod failure;
+mod timestamp;
 
 pub use failure::{Failure, Poison, classify, is_connection_failure, statement_of_another_session};
+pub use timestamp::Timestamp;
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -162,9 +165,78 @@ pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx
     begin_with(pool, "begin").await
 }
 
-/// Begins a read-only transaction ([`begin_with`]).
+/// Begins a read-only transaction ([`begin_with`]), for reads of more than
+/// one statement; a read of one is [`read_only`]'s.
 pub async fn read(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    begin_with(pool, "begin read only").await
+    begin_with(pool, READ_ONLY).await
+}
+
+const READ_ONLY: &str = "begin read only";
+
+/// A read of one statement, in a read-only transaction of its own: begun
+/// ([`begin_with`]), the statement run, committed.
+#[derive(Debug, Clone, Copy)]
+pub struct Read<'p> {
+    pool: &'p PgPool,
+    begin: &'static str,
+}
+
+/// A read that begins as [`read`] does.
+pub fn read_only(pool: &PgPool) -> Read<'_> {
+    Read {
+        pool,
+        begin: READ_ONLY,
+    }
+}
+
+/// A read that looks things up for a person ([`BEGIN_LOOKUP`]).
+pub fn lookup(pool: &PgPool) -> Read<'_> {
+    Read {
+        pool,
+        begin: BEGIN_LOOKUP,
+    }
+}
+
+impl Read<'_> {
+    /// Every row of `query` (a `query!` or `query_as!`).
+    pub async fn all<O, F>(
+        self,
+        query: Map<'_, Postgres, F, PgArguments>,
+    ) -> Result<Vec<O>, sqlx::Error>
+    where
+        F: FnMut(PgRow) -> Result<O, sqlx::Error> + Send,
+        O: Send + Unpin,
+    {
+        let mut tx = begin_with(self.pool, self.begin).await?;
+        let rows = query.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    /// The row of `query`, if it finds one.
+    pub async fn optional<O, F>(
+        self,
+        query: Map<'_, Postgres, F, PgArguments>,
+    ) -> Result<Option<O>, sqlx::Error>
+    where
+        F: FnMut(PgRow) -> Result<O, sqlx::Error> + Send,
+        O: Send + Unpin,
+    {
+        let mut tx = begin_with(self.pool, self.begin).await?;
+        let row = query.fetch_optional(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// The one row of `query` (an aggregate's): [`sqlx::Error::RowNotFound`]
+    /// without one.
+    pub async fn one<O, F>(self, query: Map<'_, Postgres, F, PgArguments>) -> Result<O, sqlx::Error>
+    where
+        F: FnMut(PgRow) -> Result<O, sqlx::Error> + Send,
+        O: Send + Unpin,
+    {
+        self.optional(query).await?.ok_or(sqlx::Error::RowNotFound)
+    }
 }
 
 fn connect_options(url: &SecretString, name: &str) -> anyhow::Result<PgConnectOptions> {

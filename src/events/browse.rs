@@ -4,7 +4,8 @@
 
 use sqlx::PgPool;
 
-use crate::db;
+use super::Outcome;
+use crate::db::{self, Timestamp};
 
 /// Which events a page shows. Every field is optional.
 #[derive(Debug, Clone, Default)]
@@ -59,12 +60,36 @@ pub struct Row {
     pub provider: String,
     pub event_id: String,
     pub event_type: String,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub received_via: String,
     /// To the millisecond, for people.
     pub received_at: String,
     /// To the microsecond, for the next page's [`Cursor`].
     pub cursor_at: String,
+}
+
+/// A [`Row`] as read.
+struct Listed {
+    provider: String,
+    event_id: String,
+    event_type: String,
+    outcome: Outcome,
+    received_via: String,
+    received_at: Timestamp,
+}
+
+impl From<Listed> for Row {
+    fn from(row: Listed) -> Self {
+        Row {
+            provider: row.provider,
+            event_id: row.event_id,
+            event_type: row.event_type,
+            outcome: row.outcome,
+            received_via: row.received_via,
+            received_at: row.received_at.millis(),
+            cursor_at: row.received_at.micros(),
+        }
+    }
 }
 
 /// Up to `limit` events matching `filter`, newest first, older than
@@ -94,15 +119,14 @@ pub async fn page(
         ),
         None => (None, None, None),
     };
-    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
+    let lookup = db::lookup(pool);
     let rows = match filter.q.as_deref() {
         None => {
-            sqlx::query_as!(
-                Row,
+            lookup.all(sqlx::query_as!(
+                Listed,
                 r#"
-                select provider, event_id, event_type, outcome, received_via,
-                       to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
-                       to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "cursor_at!"
+                select provider, event_id, event_type, outcome as "outcome: Outcome", received_via,
+                       received_at as "received_at: Timestamp"
                 from processed_events
                 where received_at >= coalesce(to_timestamp($5::float8), '-infinity')
                   and received_at < coalesce(to_timestamp($6::float8), 'infinity')
@@ -125,17 +149,14 @@ pub async fn page(
                 before_provider,
                 before_id,
                 limit,
-            )
-            .fetch_all(&mut *tx)
-            .await
+            )).await
         }
         Some(q) => {
-            sqlx::query_as!(
-                Row,
+            lookup.all(sqlx::query_as!(
+                Listed,
                 r#"
-                select e.provider, e.event_id, e.event_type, e.outcome, e.received_via,
-                       to_char(e.received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
-                       to_char(e.received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "cursor_at!"
+                select e.provider, e.event_id, e.event_type, e.outcome as "outcome: Outcome", e.received_via,
+                       e.received_at as "received_at: Timestamp"
                 from processed_events e
                 join (select distinct r.provider, r.event_id from related_events($11) r) r
                   on r.provider = e.provider and r.event_id = e.event_id
@@ -160,13 +181,10 @@ pub async fn page(
                 before_id,
                 limit,
                 q,
-            )
-            .fetch_all(&mut *tx)
-            .await
+            )).await
         }
     }?;
-    tx.commit().await?;
-    Ok(rows)
+    Ok(rows.into_iter().map(Row::from).collect())
 }
 
 /// Events received since `since` (Unix seconds), counted by outcome in
@@ -180,11 +198,10 @@ pub async fn counts_by_outcome(
     pool: &PgPool,
     since: i64,
     bucket_secs: i64,
-) -> Result<Vec<(i64, String, i64)>, sqlx::Error> {
-    let mut tx = db::begin_with(pool, db::BEGIN_LOOKUP).await?;
-    let rows = sqlx::query!(
+) -> Result<Vec<(i64, Outcome, i64)>, sqlx::Error> {
+    let rows = db::lookup(pool).all(sqlx::query!(
         r#"
-        select extract(epoch from bucket)::bigint as "bucket!", outcome, count as "count!"
+        select extract(epoch from bucket)::bigint as "bucket!", outcome as "outcome: Outcome", count as "count!"
         from (select date_bin(make_interval(secs => $2::bigint), received_at, timestamptz 'epoch') as bucket,
                      outcome, count(*)
               from processed_events
@@ -194,10 +211,7 @@ pub async fn counts_by_outcome(
         "#,
         since,
         bucket_secs,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    )).await?;
     Ok(rows
         .into_iter()
         .map(|r| (r.bucket, r.outcome, r.count))
@@ -211,44 +225,37 @@ pub struct Deferred {
     pub event_id: String,
     pub event_type: String,
     pub waits_for: String,
-    pub since: String,
+    pub since: Timestamp,
     pub waited_secs: f64,
 }
 
 /// The events waiting longest first, up to `limit`.
 pub async fn deferred(pool: &PgPool, limit: i64) -> Result<Vec<Deferred>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    let query = sqlx::query_as!(
         Deferred,
         r#"
         select d.provider, d.event_id, e.event_type, d.waits_for,
-               to_char(d.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "since!",
+               d.created_at as "since!: Timestamp",
                extract(epoch from now() - d.created_at)::float8 as "waited_secs!"
         from deferred_events d join processed_events e using (provider, event_id)
         order by d.created_at, d.provider, d.event_id
         limit $1
         "#,
         limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    );
+    db::read_only(pool).all(query).await
 }
 
 /// How many events wait, and for how long the oldest has (seconds).
 pub async fn deferred_depth(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let row = sqlx::query!(
+    let query = sqlx::query!(
         r#"
         select count(*) as "count!",
                coalesce(extract(epoch from now() - min(created_at)), 0)::float8 as "oldest!"
         from deferred_events
         "#
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    );
+    let row = db::read_only(pool).one(query).await?;
     Ok((row.count, row.oldest))
 }
 

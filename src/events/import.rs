@@ -85,17 +85,13 @@ pub async fn recorded(
     provider: &str,
     event_ids: &[String],
 ) -> Result<std::collections::HashSet<String>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let found = sqlx::query_scalar!(
+    let found = db::read_only(pool).all(sqlx::query!(
         r#"
         select event_id from processed_events
         where provider = $1 and event_id = any($2::text[])
         "#,
         provider,
         event_ids,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(found.into_iter().collect())
+    ));
+    Ok(found.await?.into_iter().map(|row| row.event_id).collect())
 }

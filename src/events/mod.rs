@@ -1,7 +1,6 @@
 //! The dedupe ledger (`processed_events`) and the events waiting for a
 //! dependency (`deferred_events`): all of their SQL.
 
-use serde::Serialize;
 use serde_json::Value;
 use sqlx::PgConnection;
 
@@ -9,45 +8,15 @@ use crate::providers::Event;
 
 mod browse;
 mod import;
+mod outcome;
 mod stored;
 
 pub use browse::{
     Cursor, Deferred, Filter, Row, counts_by_outcome, deferred, deferred_depth, page,
 };
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
+pub use outcome::{Outcome, UnknownOutcome};
 pub use stored::{Preview, Stored, find, preview, prune_batch};
-
-/// What became of one delivery. Stored in `processed_events.outcome` and
-/// answered in the response body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// Effects applied.
-    Processed,
-    /// This event id was seen before; nothing new was written.
-    Duplicate,
-    /// Nothing to do: an unhandled type, or an effect another event already owns.
-    Ignored,
-    /// Older than the stored state; nothing changed.
-    Superseded,
-    /// Waits for an event it depends on; applied when that one arrives.
-    Deferred,
-    /// The payload can never be applied (reason in `detail`).
-    Rejected,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Processed => "processed",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Ignored => "ignored",
-            Outcome::Superseded => "superseded",
-            Outcome::Deferred => "deferred",
-            Outcome::Rejected => "rejected",
-        }
-    }
-}
 
 /// An event to claim, with the payload to store for it.
 pub struct Claim<'a> {

@@ -1,6 +1,7 @@
 //! Reading and pruning the recorded events.
 
-use crate::db;
+use super::Outcome;
+use crate::db::{self, Timestamp};
 use serde_json::Value;
 use sqlx::PgPool;
 
@@ -10,7 +11,7 @@ pub struct Stored {
     pub provider: String,
     pub event_id: String,
     pub event_type: String,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub detail: Value,
     pub payload: String,
     pub provider_created_at: Option<String>,
@@ -18,29 +19,29 @@ pub struct Stored {
     pub received_via: String,
 }
 
+/// The stored event `provider`/`event_id`, whole ([`preview`]'s, of every
+/// character).
 pub async fn find(
     pool: &PgPool,
     provider: &str,
     event_id: &str,
 ) -> Result<Option<Stored>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Stored,
-        r#"
-        select provider, event_id, event_type, outcome, detail, payload::text as "payload!",
-               to_char(provider_created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as provider_created_at,
-               to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
-               received_via
-        from processed_events
-        where provider = $1 and event_id = $2
-        "#,
-        provider,
-        event_id,
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    let Some(whole) = preview(pool, provider, event_id, i32::MAX).await? else {
+        return Ok(None);
+    };
+    let detail = serde_json::from_str(&whole.detail_head)
+        .map_err(|error| sqlx::Error::Decode(Box::new(error)))?;
+    Ok(Some(Stored {
+        provider: whole.provider,
+        event_id: whole.event_id,
+        event_type: whole.event_type,
+        outcome: whole.outcome,
+        detail,
+        payload: whole.payload_head,
+        provider_created_at: whole.provider_created_at,
+        received_at: whole.received_at,
+        received_via: whole.received_via,
+    }))
 }
 
 /// A stored event as a page shows it: the text of its detail and payload
@@ -51,12 +52,14 @@ pub struct Preview {
     pub provider: String,
     pub event_id: String,
     pub event_type: String,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub detail_head: String,
     pub detail_bytes: i32,
     pub payload_head: String,
     pub payload_bytes: i32,
+    /// To the second.
     pub provider_created_at: Option<String>,
+    /// To the millisecond.
     pub received_at: String,
     pub received_via: String,
 }
@@ -67,15 +70,13 @@ pub async fn preview(
     event_id: &str,
     chars: i32,
 ) -> Result<Option<Preview>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Preview,
+    let row = db::read_only(pool).optional(sqlx::query!(
         r#"
-        select provider, event_id, event_type, outcome,
+        select provider, event_id, event_type, outcome as "outcome: Outcome",
                left(detail::text, $3) as "detail_head!", octet_length(detail::text) as "detail_bytes!",
                left(payload::text, $3) as "payload_head!", octet_length(payload::text) as "payload_bytes!",
-               to_char(provider_created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as provider_created_at,
-               to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as "received_at!",
+               provider_created_at as "provider_created_at: Timestamp",
+               received_at as "received_at: Timestamp",
                received_via
         from processed_events
         where provider = $1 and event_id = $2
@@ -83,11 +84,20 @@ pub async fn preview(
         provider,
         event_id,
         chars,
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    ));
+    Ok(row.await?.map(|row| Preview {
+        provider: row.provider,
+        event_id: row.event_id,
+        event_type: row.event_type,
+        outcome: row.outcome,
+        detail_head: row.detail_head,
+        detail_bytes: row.detail_bytes,
+        payload_head: row.payload_head,
+        payload_bytes: row.payload_bytes,
+        provider_created_at: row.provider_created_at.map(|at| at.to_string()),
+        received_at: row.received_at.millis(),
+        received_via: row.received_via,
+    }))
 }
 
 /// Deletes up to `batch` events received before `cutoff` (Unix seconds),

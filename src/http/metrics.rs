@@ -20,7 +20,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString};
+use metrics::{Counter, Gauge, Histogram, Key, Label, Recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
 use super::AppState;
@@ -32,105 +32,12 @@ use crate::sweep::schedule::SweepStats;
 use crate::sweep::store::last_successes;
 use quantile::Buckets;
 
+mod catalogue;
 mod console;
 pub mod quantile;
 mod secrets;
 
-const REQUESTS: &str = "webhookd_http_requests_total";
-const EVENTS: &str = "webhookd_events_total";
-const INGEST_DURATION: &str = "webhookd_ingest_duration_seconds";
-const BATCHES: &str = "webhookd_ingest_batches_total";
-const BATCHED_EVENTS: &str = "webhookd_ingest_batched_events_total";
-const BATCH_FALLBACKS: &str = "webhookd_ingest_batch_fallbacks_total";
-const BATCH_SIZE: &str = "webhookd_ingest_batch_size";
-const DELIVERIES: &str = "webhookd_outbox_deliveries_total";
-const ABANDONED: &str = "webhookd_outbox_abandoned_total";
-const LEASE_STATEMENTS: &str = "webhookd_outbox_lease_statements_total";
-const RECORD_STATEMENTS: &str = "webhookd_outbox_record_statements_total";
-const HELD_BYTES: &str = "webhookd_outbox_held_bytes";
-const PEAK_HELD_BYTES: &str = "webhookd_outbox_peak_held_bytes";
-const OUTBOX_DEPTH: &str = "webhookd_outbox_depth";
-const OLDEST_PENDING: &str = "webhookd_outbox_oldest_pending_age_seconds";
-const OUTBOX_DEAD: &str = "webhookd_outbox_dead";
-const LOG_LINES_DROPPED: &str = "webhookd_log_lines_dropped_total";
-const SWEEP_RUNS: &str = "webhookd_sweep_runs_total";
-const SWEEP_EVENTS: &str = "webhookd_sweep_events_total";
-const SWEEP_LAST_SUCCESS: &str = "webhookd_sweep_last_success_timestamp_seconds";
-
-/// Upper bounds (seconds) of the ingest latency histogram.
-const LATENCY_BUCKETS: [f64; 13] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// Upper bounds (events) of the batch size histogram.
-const BATCH_SIZE_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
-
-/// The HELP text of every metric, by kind and name.
-const COUNTERS: [(&str, &str); 14] = [
-    (REQUESTS, "HTTP requests by matched route and status."),
-    (console::THROTTLED, console::THROTTLED_HELP),
-    (EVENTS, "Webhook deliveries by provider and outcome."),
-    (secrets::MATCHED, secrets::MATCHED_HELP),
-    (
-        BATCHES,
-        "Batches of events committed together (group commit).",
-    ),
-    (BATCHED_EVENTS, "Events carried by those batches."),
-    (
-        BATCH_FALLBACKS,
-        "Batches that failed and were applied one event at a time.",
-    ),
-    (
-        DELIVERIES,
-        "Outbox delivery attempts by result (this process).",
-    ),
-    (
-        ABANDONED,
-        "Rows dead-lettered at lease: their last attempt never reported back.",
-    ),
-    (LEASE_STATEMENTS, "Lease statements the drainer ran."),
-    (
-        RECORD_STATEMENTS,
-        "Statements that recorded delivery outcomes, each of many rows.",
-    ),
-    (
-        LOG_LINES_DROPPED,
-        "Log lines dropped because the log output was closed or did not keep up.",
-    ),
-    (
-        SWEEP_RUNS,
-        "Periodic sweeps run by this process, by result.",
-    ),
-    (
-        SWEEP_EVENTS,
-        "Events the sweeps of this process listed, by result.",
-    ),
-];
-const GAUGES: [(&str, &str); 6] = [
-    (HELD_BYTES, "Payload bytes leased and not yet settled."),
-    (
-        PEAK_HELD_BYTES,
-        "The most payload bytes held at once since start.",
-    ),
-    (OUTBOX_DEPTH, "Outbox rows waiting for delivery."),
-    (
-        OLDEST_PENDING,
-        "Age of the oldest row waiting for delivery.",
-    ),
-    (OUTBOX_DEAD, "Dead-lettered outbox rows."),
-    (
-        SWEEP_LAST_SUCCESS,
-        "When a sweep of the provider last succeeded.",
-    ),
-];
-const HISTOGRAMS: [(&str, &str); 2] = [
-    (INGEST_DURATION, "Time to verify and apply one delivery."),
-    (BATCH_SIZE, "Events carried by each batch (group commit)."),
-];
-
-/// What the recorder is told of where a metric comes from (it ignores it).
-const METADATA: Metadata<'static> =
-    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+use catalogue::*;
 
 /// Histogram samples wait in the recorder until a render or an upkeep folds
 /// them in: one upkeep every this many requests bounds them in a process
@@ -323,19 +230,6 @@ impl Metrics {
                     .absolute(counter.load(Ordering::Relaxed));
             }
         }
-    }
-}
-
-fn describe(recorder: &PrometheusRecorder) {
-    let text = |(name, help)| (KeyName::from_const_str(name), SharedString::const_str(help));
-    for (name, help) in COUNTERS.map(text) {
-        recorder.describe_counter(name, None, help);
-    }
-    for (name, help) in GAUGES.map(text) {
-        recorder.describe_gauge(name, None, help);
-    }
-    for (name, help) in HISTOGRAMS.map(text) {
-        recorder.describe_histogram(name, None, help);
     }
 }
 

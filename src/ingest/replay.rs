@@ -15,12 +15,15 @@ use crate::providers::{Event, Scope};
 /// changes nothing. The stored outcome is updated only when an event that
 /// was not `processed` now has another outcome (say, `rejected` before a
 /// fix).
-pub async fn replay(pool: &PgPool, event: &Event, stored_outcome: &str) -> Result<Replayed, Error> {
+pub async fn replay(
+    pool: &PgPool,
+    event: &Event,
+    stored_outcome: Outcome,
+) -> Result<Replayed, Error> {
     let unit = effects::decode(event.clone());
     let reapplied = engine::reapply(pool, &unit).await?;
     let applied = &reapplied.applied;
-    let recorded =
-        stored_outcome != Outcome::Processed.as_str() && applied.outcome.as_str() != stored_outcome;
+    let recorded = stored_outcome != Outcome::Processed && applied.outcome != stored_outcome;
     let applied = reapplied.commit(recorded).await?;
     Ok(Replayed { applied, recorded })
 }
@@ -48,7 +51,7 @@ pub enum ReplayRefused {
 /// What [`replay_stored`] did: the outcome stored before, and the replay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayedStored {
-    pub stored_outcome: String,
+    pub stored_outcome: Outcome,
     pub replayed: Replayed,
 }
 
@@ -65,7 +68,7 @@ pub async fn replay_stored(
     let Some(stored) = events::find(pool, provider, event_id).await? else {
         return Ok(Err(ReplayRefused::NotFound));
     };
-    if stored.outcome == "imported" {
+    if stored.outcome == Outcome::Imported {
         return Ok(Err(ReplayRefused::Imported));
     }
     let event = match Event::from_stored_at(
@@ -78,7 +81,7 @@ pub async fn replay_stored(
         Ok(event) => event.within(scope),
         Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
     };
-    let replayed = replay(pool, &event, &stored.outcome).await?;
+    let replayed = replay(pool, &event, stored.outcome).await?;
     Ok(Ok(ReplayedStored {
         stored_outcome: stored.outcome,
         replayed,

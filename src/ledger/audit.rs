@@ -25,8 +25,7 @@ pub async fn credits_for_audit(
     since: i64,
     until: i64,
 ) -> Result<Vec<Credited>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    db::read_only(pool).all(sqlx::query_as!(
         Credited,
         r#"
         select c.source_ref, c.user_id, c.currency, c.amount_minor,
@@ -42,11 +41,7 @@ pub async fn credits_for_audit(
         source_refs,
         since,
         until,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    )).await
 }
 
 /// Which of `source_refs` have an entry of `kind` under `provider`.
@@ -56,8 +51,7 @@ pub async fn existing(
     kind: EntryKind,
     source_refs: &[String],
 ) -> Result<std::collections::HashSet<String>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let found = sqlx::query_scalar!(
+    let found = db::read_only(pool).all(sqlx::query!(
         r#"
         select source_ref from wallet_entries
         where provider = $1 and kind = $2 and source_ref = any($3::text[])
@@ -65,11 +59,8 @@ pub async fn existing(
         provider,
         kind.as_str(),
         source_refs,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(found.into_iter().collect())
+    ));
+    Ok(found.await?.into_iter().map(|row| row.source_ref).collect())
 }
 
 /// A wallet whose balance differs from the sum of its entries.

@@ -1,7 +1,7 @@
 //! A user's wallets and entries, and an event's entries, as the console
 //! shows them.
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use sqlx::PgPool;
 
 #[derive(Debug, Clone)]
@@ -9,7 +9,7 @@ pub struct WalletRow {
     pub user_id: String,
     pub currency: String,
     pub balance_minor: i64,
-    pub updated_at: String,
+    pub updated_at: Timestamp,
 }
 
 #[derive(Debug, Clone)]
@@ -22,25 +22,21 @@ pub struct EntryRow {
     pub provider: String,
     pub source_ref: String,
     pub event_id: String,
-    pub created_at: String,
+    pub created_at: Timestamp,
 }
 
 pub async fn wallets_of_user(pool: &PgPool, user_id: &str) -> Result<Vec<WalletRow>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    let query = sqlx::query_as!(
         WalletRow,
         r#"
         select user_id, currency, balance_minor,
-               to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "updated_at!"
+               updated_at as "updated_at!: Timestamp"
         from wallets where user_id = $1
         order by currency
         "#,
         user_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    );
+    db::read_only(pool).all(query).await
 }
 
 /// The user's newest entries first, up to `limit`.
@@ -49,23 +45,19 @@ pub async fn entries_of_user(
     user_id: &str,
     limit: i64,
 ) -> Result<Vec<EntryRow>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    let query = sqlx::query_as!(
         EntryRow,
         r#"
         select id, user_id, currency, amount_minor, kind, provider, source_ref, event_id,
-               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!"
+               created_at as "created_at!: Timestamp"
         from wallet_entries where user_id = $1
         order by id desc
         limit $2
         "#,
         user_id,
         limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    );
+    db::read_only(pool).all(query).await
 }
 
 /// The entries an event wrote.
@@ -74,20 +66,16 @@ pub async fn entries_of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<EntryRow>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    let query = sqlx::query_as!(
         EntryRow,
         r#"
         select id, user_id, currency, amount_minor, kind, provider, source_ref, event_id,
-               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!"
+               created_at as "created_at!: Timestamp"
         from wallet_entries where event_id = $2 and provider = $1
         order by id
         "#,
         provider,
         event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    );
+    db::read_only(pool).all(query).await
 }

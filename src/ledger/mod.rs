@@ -298,8 +298,7 @@ pub struct DrillCounts {
 }
 
 pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCounts, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let row = sqlx::query!(
+    let query = sqlx::query!(
         r#"
         with events as (
             select provider, count(*) as n from processed_events
@@ -340,22 +339,17 @@ pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCoun
                 as "mismatched_wallets!"
         "#,
         prefix,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    let mut tx = db::read(pool).await?;
-    let totals = sqlx::query!(
+    );
+    let row = db::read_only(pool).one(query).await?;
+    let query = sqlx::query!(
         r#"
         select currency, sum(balance_minor)::bigint as "total!"
         from wallets where starts_with(user_id, $1)
         group by currency order by currency
         "#,
         prefix,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    );
+    let totals = db::read_only(pool).all(query).await?;
     Ok(DrillCounts {
         stripe_events: row.stripe_events,
         razorpay_events: row.razorpay_events,

@@ -1,6 +1,6 @@
 //! All outbox SQL.
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
@@ -105,8 +105,8 @@ pub struct Listed {
     pub event_id: String,
     pub attempts: i32,
     pub state: String,
-    pub created_at: String,
-    pub available_at: String,
+    pub created_at: Timestamp,
+    pub available_at: Timestamp,
     pub last_error: Option<String>,
 }
 
@@ -139,8 +139,7 @@ pub struct Depth {
 }
 
 pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let row = sqlx::query!(
+    let row = db::read_only(pool).one(sqlx::query!(
         r#"
         select count(*) filter (where dead_at is null) as "pending!",
                coalesce(extract(epoch from now() - min(created_at) filter (where dead_at is null)), 0)::float8
@@ -149,10 +148,7 @@ pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
         from outbox
         where delivered_at is null
         "#
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    )).await?;
     Ok(Depth {
         pending: row.pending,
         oldest_pending_secs: row.oldest,

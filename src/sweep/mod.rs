@@ -185,7 +185,9 @@ impl Summary {
             Outcome::Processed => self.recovered += 1,
             Outcome::Ignored | Outcome::Superseded => self.ignored += 1,
             Outcome::Deferred => self.deferred += 1,
-            Outcome::Duplicate => self.already_seen += 1,
+            // Recorded before: an ingest answers `duplicate`, never the
+            // outcomes only stored (`pending`, `imported`).
+            Outcome::Duplicate | Outcome::Pending | Outcome::Imported => self.already_seen += 1,
             // Recorded now, but it can never apply (reason in its detail).
             Outcome::Rejected => self.skipped += 1,
         }

@@ -2,7 +2,7 @@
 //! cut-over before which no sweep reads, one row per provider. All of its
 //! SQL.
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -152,30 +152,23 @@ pub async fn cut_over(pool: &PgPool, provider: &str, at: i64) -> Result<(), sqlx
 
 /// The cut-over of `provider`'s imports (Unix seconds), if any.
 pub async fn not_before(pool: &PgPool, provider: &str) -> Result<Option<i64>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let at = sqlx::query_scalar!(
-        r#"select extract(epoch from not_before)::bigint from sweeps where provider = $1"#,
+    let row = db::read_only(pool).optional(sqlx::query!(
+        r#"select extract(epoch from not_before)::bigint as at from sweeps where provider = $1"#,
         provider
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(at.flatten())
+    ));
+    Ok(row.await?.and_then(|row| row.at))
 }
 
 /// The last successful run of each provider's sweep (Unix seconds), for
 /// `/metrics`.
 pub async fn last_successes(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let rows = sqlx::query!(
+    let query = sqlx::query!(
         r#"
         select provider, extract(epoch from last_success_at)::bigint as "at!"
         from sweeps where last_success_at is not null order by provider
         "#
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    );
+    let rows = db::read_only(pool).all(query).await?;
     Ok(rows.into_iter().map(|row| (row.provider, row.at)).collect())
 }
 
@@ -183,26 +176,23 @@ pub async fn last_successes(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::E
 #[derive(Debug, Clone)]
 pub struct Run {
     pub provider: String,
-    pub last_run_at: Option<String>,
-    pub last_success_at: Option<String>,
+    pub last_run_at: Option<Timestamp>,
+    pub last_success_at: Option<Timestamp>,
     /// What the run reported (its counts, or its error).
     pub last_result: Option<Value>,
 }
 
 pub async fn runs(pool: &PgPool) -> Result<Vec<Run>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Run,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            Run,
+            r#"
         select provider,
-               to_char(last_run_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as last_run_at,
-               to_char(last_success_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as last_success_at,
+               last_run_at as "last_run_at: Timestamp",
+               last_success_at as "last_success_at: Timestamp",
                last_result
         from sweeps order by provider
         "#
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+        ))
+        .await
 }

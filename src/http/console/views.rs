@@ -265,7 +265,7 @@ pub struct Events {
     pub chrome: Chrome,
     pub filter: EventFilterView,
     pub providers: Vec<String>,
-    pub outcomes: &'static [&'static str],
+    pub outcomes: &'static [events::Outcome],
     pub vias: &'static [&'static str],
     pub rows: Vec<events::Row>,
     /// The older page's address, when there may be one.

@@ -2,7 +2,7 @@
 //! dead rows by topic and error text, keyset-paginated by id, and a bulk
 //! retry that first counts what it would touch.
 
-use crate::db;
+use crate::db::{self, Timestamp};
 use sqlx::PgPool;
 
 use super::Listed;
@@ -25,16 +25,16 @@ pub async fn page(
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Listed,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            Listed,
+            r#"
         select id, topic, provider, event_id, attempts,
                case when dead_at is not null then 'dead'
                     when locked_until > now() then 'leased'
                     else 'pending' end as "state!",
-               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
-               to_char(available_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               created_at as "created_at!: Timestamp",
+               available_at as "available_at!: Timestamp",
                last_error
         from outbox
         where delivered_at is null
@@ -45,16 +45,13 @@ pub async fn page(
         order by id
         limit $5
         "#,
-        filter.dead,
-        filter.topic,
-        filter.error,
-        after,
-        limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            filter.dead,
+            filter.topic,
+            filter.error,
+            after,
+            limit,
+        ))
+        .await
 }
 
 /// The rows of one event, delivered or not, oldest first. The outbox has
@@ -68,10 +65,10 @@ pub async fn of_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Listed,
-        r#"
+    db::read_only(pool)
+        .all(sqlx::query_as!(
+            Listed,
+            r#"
         with recursive topics (topic) as (
             select min(topic) from outbox
             union all
@@ -83,21 +80,18 @@ pub async fn of_event(
                     when o.dead_at is not null then 'dead'
                     when o.locked_until > now() then 'leased'
                     else 'pending' end as "state!",
-               to_char(o.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "created_at!",
-               to_char(coalesce(o.delivered_at, o.dead_at, o.available_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "available_at!",
+               o.created_at as "created_at!: Timestamp",
+               coalesce(o.delivered_at, o.dead_at, o.available_at) as "available_at!: Timestamp",
                o.last_error
         from topics t
         join outbox o on o.topic = t.topic and o.dedupe_key = $1 || ':' || $2
         where o.provider = $1 and o.event_id = $2
         order by o.id
         "#,
-        provider,
-        event_id,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+            provider,
+            event_id,
+        ))
+        .await
 }
 
 /// What a bulk retry of `filter`'s dead rows would touch.
@@ -113,12 +107,9 @@ pub struct Counted {
 }
 
 pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
-        Counted,
+    let row = db::read_only(pool).one(sqlx::query!(
         r#"
-        select count(*) as "count!", max(id) as max_id,
-               to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "as_of!"
+        select count(*) as "count!", max(id) as max_id, now() as "as_of!: Timestamp"
         from outbox
         where dead_at is not null and delivered_at is null
           and ($1::text is null or topic = $1)
@@ -126,11 +117,13 @@ pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx:
         "#,
         filter.topic,
         filter.error,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    ));
+    let row = row.await?;
+    Ok(Counted {
+        count: row.count,
+        max_id: row.max_id,
+        as_of: row.as_of.micros(),
+    })
 }
 
 /// Which dead rows a retry takes besides the filter: one row, rows up to
@@ -179,7 +172,7 @@ pub async fn retry_dead_matching(
 pub struct FailedAttempt {
     pub outbox_id: i64,
     pub attempt: i32,
-    pub at: String,
+    pub at: Timestamp,
     /// `retry` or `dead`.
     pub outcome: String,
     pub error: String,
@@ -191,12 +184,11 @@ pub async fn failed_attempts(
     pool: &PgPool,
     ids: &[i64],
 ) -> Result<Vec<FailedAttempt>, sqlx::Error> {
-    let mut tx = db::read(pool).await?;
-    let answer = sqlx::query_as!(
+    let query = sqlx::query_as!(
         FailedAttempt,
         r#"
         select outbox_id, attempt,
-               to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "at!",
+               at as "at!: Timestamp",
                outcome, error
         from outbox_attempts
         where outbox_id = any($1::int8[])
@@ -204,9 +196,6 @@ pub async fn failed_attempts(
         limit 1000
         "#,
         ids,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(answer)
+    );
+    db::read_only(pool).all(query).await
 }

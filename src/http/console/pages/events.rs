@@ -6,13 +6,14 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::{PAGE_ROWS, failed, given};
+use crate::events::{self, Outcome};
 use crate::http::console::auth::Actor;
 use crate::http::console::chart;
 use crate::http::console::shown::{self, SHOWN_JSON_BYTES};
 use crate::http::console::views::{self, Chrome, EventFilterView, page, query_value};
 use crate::http::console::{Console, EventRef};
 use crate::outbox::store::browse;
-use crate::{events, ledger, payments, story, subscriptions};
+use crate::{ledger, payments, story, subscriptions};
 
 /// Lines of an event's story its page shows at most (`webhookd explain`
 /// prints them all).
@@ -196,10 +197,11 @@ pub async fn event(
         Ok(attempts) => attempts,
         Err(error) => return failed(&error),
     };
-    let notice = chart::OUTCOMES
-        .iter()
-        .chain(&["ignored"])
-        .find(|o| **o == notice.replayed)
+    let notice = notice
+        .replayed
+        .parse::<Outcome>()
+        .ok()
+        .filter(|outcome| chart::OUTCOMES.contains(outcome))
         .map(|outcome| {
             format!(
                 "Replayed: {outcome}. The stored outcome {}.",
@@ -227,7 +229,7 @@ pub async fn event(
             usize::try_from(stored.detail_bytes).unwrap_or(0),
             SHOWN_JSON_BYTES,
         ),
-        can_replay: stored.outcome != "imported",
+        can_replay: stored.outcome != Outcome::Imported,
         stored,
         entries: entries.into_iter().map(Into::into).collect(),
         payments: payments.into_iter().map(Into::into).collect(),

@@ -116,8 +116,12 @@ fn sweep_view(run: sweep::store::Run) -> SweepView {
     };
     SweepView {
         provider: run.provider,
-        last_run_at: run.last_run_at.unwrap_or_else(|| "-".to_owned()),
-        last_success_at: run.last_success_at.unwrap_or_else(|| "never".to_owned()),
+        last_run_at: run
+            .last_run_at
+            .map_or_else(|| "-".to_owned(), |at| at.to_string()),
+        last_success_at: run
+            .last_success_at
+            .map_or_else(|| "never".to_owned(), |at| at.to_string()),
         result,
         failed,
     }
@@ -147,7 +151,7 @@ pub async fn user(
             .into_iter()
             .map(|w| {
                 let balance = crate::money::decimal(w.balance_minor, &w.currency);
-                (w.currency, balance, w.updated_at)
+                (w.currency, balance, w.updated_at.to_string())
             })
             .collect(),
         entries: entries.into_iter().map(Into::into).collect(),

@@ -1,0 +1,118 @@
+//! What `/metrics` exposes: every metric's name and HELP text by kind,
+//! the histograms' buckets, and the description a recorder is given of
+//! them.
+
+use metrics::{KeyName, Metadata, Recorder, SharedString};
+use metrics_exporter_prometheus::PrometheusRecorder;
+
+use super::{console, secrets};
+
+pub(super) const REQUESTS: &str = "webhookd_http_requests_total";
+pub(super) const EVENTS: &str = "webhookd_events_total";
+pub(super) const INGEST_DURATION: &str = "webhookd_ingest_duration_seconds";
+pub(super) const BATCHES: &str = "webhookd_ingest_batches_total";
+pub(super) const BATCHED_EVENTS: &str = "webhookd_ingest_batched_events_total";
+pub(super) const BATCH_FALLBACKS: &str = "webhookd_ingest_batch_fallbacks_total";
+pub(super) const BATCH_SIZE: &str = "webhookd_ingest_batch_size";
+pub(super) const DELIVERIES: &str = "webhookd_outbox_deliveries_total";
+pub(super) const ABANDONED: &str = "webhookd_outbox_abandoned_total";
+pub(super) const LEASE_STATEMENTS: &str = "webhookd_outbox_lease_statements_total";
+pub(super) const RECORD_STATEMENTS: &str = "webhookd_outbox_record_statements_total";
+pub(super) const HELD_BYTES: &str = "webhookd_outbox_held_bytes";
+pub(super) const PEAK_HELD_BYTES: &str = "webhookd_outbox_peak_held_bytes";
+pub(super) const OUTBOX_DEPTH: &str = "webhookd_outbox_depth";
+pub(super) const OLDEST_PENDING: &str = "webhookd_outbox_oldest_pending_age_seconds";
+pub(super) const OUTBOX_DEAD: &str = "webhookd_outbox_dead";
+pub(super) const LOG_LINES_DROPPED: &str = "webhookd_log_lines_dropped_total";
+pub(super) const SWEEP_RUNS: &str = "webhookd_sweep_runs_total";
+pub(super) const SWEEP_EVENTS: &str = "webhookd_sweep_events_total";
+pub(super) const SWEEP_LAST_SUCCESS: &str = "webhookd_sweep_last_success_timestamp_seconds";
+
+/// Upper bounds (seconds) of the ingest latency histogram.
+pub(super) const LATENCY_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Upper bounds (events) of the batch size histogram.
+pub(super) const BATCH_SIZE_BUCKETS: [f64; 9] =
+    [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+/// The HELP text of every metric, by kind and name.
+pub(super) const COUNTERS: [(&str, &str); 14] = [
+    (REQUESTS, "HTTP requests by matched route and status."),
+    (console::THROTTLED, console::THROTTLED_HELP),
+    (EVENTS, "Webhook deliveries by provider and outcome."),
+    (secrets::MATCHED, secrets::MATCHED_HELP),
+    (
+        BATCHES,
+        "Batches of events committed together (group commit).",
+    ),
+    (BATCHED_EVENTS, "Events carried by those batches."),
+    (
+        BATCH_FALLBACKS,
+        "Batches that failed and were applied one event at a time.",
+    ),
+    (
+        DELIVERIES,
+        "Outbox delivery attempts by result (this process).",
+    ),
+    (
+        ABANDONED,
+        "Rows dead-lettered at lease: their last attempt never reported back.",
+    ),
+    (LEASE_STATEMENTS, "Lease statements the drainer ran."),
+    (
+        RECORD_STATEMENTS,
+        "Statements that recorded delivery outcomes, each of many rows.",
+    ),
+    (
+        LOG_LINES_DROPPED,
+        "Log lines dropped because the log output was closed or did not keep up.",
+    ),
+    (
+        SWEEP_RUNS,
+        "Periodic sweeps run by this process, by result.",
+    ),
+    (
+        SWEEP_EVENTS,
+        "Events the sweeps of this process listed, by result.",
+    ),
+];
+pub(super) const GAUGES: [(&str, &str); 6] = [
+    (HELD_BYTES, "Payload bytes leased and not yet settled."),
+    (
+        PEAK_HELD_BYTES,
+        "The most payload bytes held at once since start.",
+    ),
+    (OUTBOX_DEPTH, "Outbox rows waiting for delivery."),
+    (
+        OLDEST_PENDING,
+        "Age of the oldest row waiting for delivery.",
+    ),
+    (OUTBOX_DEAD, "Dead-lettered outbox rows."),
+    (
+        SWEEP_LAST_SUCCESS,
+        "When a sweep of the provider last succeeded.",
+    ),
+];
+pub(super) const HISTOGRAMS: [(&str, &str); 2] = [
+    (INGEST_DURATION, "Time to verify and apply one delivery."),
+    (BATCH_SIZE, "Events carried by each batch (group commit)."),
+];
+
+/// What the recorder is told of where a metric comes from (it ignores it).
+pub(super) const METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+pub(super) fn describe(recorder: &PrometheusRecorder) {
+    let text = |(name, help)| (KeyName::from_const_str(name), SharedString::const_str(help));
+    for (name, help) in COUNTERS.map(text) {
+        recorder.describe_counter(name, None, help);
+    }
+    for (name, help) in GAUGES.map(text) {
+        recorder.describe_gauge(name, None, help);
+    }
+    for (name, help) in HISTOGRAMS.map(text) {
+        recorder.describe_histogram(name, None, help);
+    }
+}
