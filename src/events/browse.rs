@@ -277,3 +277,34 @@ mod tests {
         }
     }
 }
+
+/// The events whose id starts with `id_prefix` (a drill's run), per
+/// provider, and how many of them still wait as deferred.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrefixCounts {
+    pub by_provider: Vec<(String, i64)>,
+    pub deferred: i64,
+}
+
+pub async fn counts_with_prefix(
+    pool: &PgPool,
+    id_prefix: &str,
+) -> Result<PrefixCounts, sqlx::Error> {
+    let query = sqlx::query!(
+        r#"
+        select provider, count(*) as "n!" from processed_events
+        where starts_with(event_id, $1) group by provider order by provider
+        "#,
+        id_prefix,
+    );
+    let by_provider = db::read_only(pool).all(query).await?;
+    let query = sqlx::query!(
+        r#"select count(*) as "n!" from deferred_events where starts_with(event_id, $1)"#,
+        id_prefix,
+    );
+    let deferred = db::read_only(pool).one(query).await?.n;
+    Ok(PrefixCounts {
+        by_provider: by_provider.into_iter().map(|r| (r.provider, r.n)).collect(),
+        deferred,
+    })
+}

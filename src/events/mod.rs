@@ -12,7 +12,8 @@ mod outcome;
 mod stored;
 
 pub use browse::{
-    Cursor, Deferred, Filter, Row, counts_by_outcome, deferred, deferred_depth, page,
+    Cursor, Deferred, Filter, PrefixCounts, Row, counts_by_outcome, counts_with_prefix, deferred,
+    deferred_depth, page,
 };
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
 pub use outcome::{Outcome, UnknownOutcome};

@@ -272,97 +272,62 @@ pub async fn refunded(
     })
 }
 
-/// What a `webhookd drill` run left behind, found by its id prefix
-/// (`drill_{run}_`): event rows and entries per provider, outbox rows per
-/// topic, refunds still waiting, wallet totals per currency.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrillCounts {
-    pub stripe_events: i64,
-    pub razorpay_events: i64,
-    pub stripe_credits: i64,
-    pub stripe_refunds: i64,
-    pub razorpay_credits: i64,
-    pub razorpay_refunds: i64,
-    /// Outbox rows of the run's events: `wallet.credited`, `wallet.debited`,
-    /// `payment.receipt`, `subscription.changed`.
-    pub credited: i64,
-    pub debited: i64,
-    pub receipts: i64,
-    pub subscription_changes: i64,
-    /// The run's events still deferred (a refund whose credit never came).
-    pub deferred: i64,
+/// The ledger of a `webhookd drill` run's wallets and payments, found by
+/// their id prefixes: entries per provider and kind, wallet totals per
+/// currency, wallets whose balance is not the sum of their entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrillLedger {
+    /// `(provider, kind, entries)`: credits of payments, refunds of credits
+    /// whose payment id starts with one of the run's payment prefixes.
+    pub entries: Vec<(String, String, i64)>,
     /// The run's wallets' balances summed per currency.
     pub totals: Vec<(String, i64)>,
-    /// The run's wallets whose balance is not the sum of their entries.
     pub mismatched_wallets: i64,
 }
 
-pub async fn drill_counts(pool: &sqlx::PgPool, prefix: &str) -> Result<DrillCounts, sqlx::Error> {
+/// [`DrillLedger`] of the wallets whose user id starts with `user_prefix`
+/// and the payments whose id starts with one of `payment_prefixes`.
+pub async fn drill_counts(
+    pool: &sqlx::PgPool,
+    user_prefix: &str,
+    payment_prefixes: &[String],
+) -> Result<DrillLedger, sqlx::Error> {
     let query = sqlx::query!(
         r#"
-        with events as (
-            select provider, count(*) as n from processed_events
-            where starts_with(event_id, 'evt_' || $1) group by provider
-        ), entries as (
-            select provider, kind, count(*) as n from wallet_entries
-            where (kind = 'credit' and (starts_with(source_ref, 'pi_' || $1)
-                                        or starts_with(source_ref, 'pay_' || $1)))
-               or (kind = 'refund' and (starts_with(parent_ref, 'pi_' || $1)
-                                        or starts_with(parent_ref, 'pay_' || $1)))
-            group by provider, kind
-        ), topics as (
-            select topic, count(*) as n from outbox
-            where starts_with(event_id, 'evt_' || $1) group by topic
-        )
-        select
-            coalesce((select n from events where provider = 'stripe'), 0) as "stripe_events!",
-            coalesce((select n from events where provider = 'razorpay'), 0) as "razorpay_events!",
-            coalesce((select n from entries where provider = 'stripe' and kind = 'credit'), 0)
-                as "stripe_credits!",
-            coalesce((select n from entries where provider = 'stripe' and kind = 'refund'), 0)
-                as "stripe_refunds!",
-            coalesce((select n from entries where provider = 'razorpay' and kind = 'credit'), 0)
-                as "razorpay_credits!",
-            coalesce((select n from entries where provider = 'razorpay' and kind = 'refund'), 0)
-                as "razorpay_refunds!",
-            coalesce((select n from topics where topic = 'wallet.credited'), 0) as "credited!",
-            coalesce((select n from topics where topic = 'wallet.debited'), 0) as "debited!",
-            coalesce((select n from topics where topic = 'payment.receipt'), 0) as "receipts!",
-            coalesce((select n from topics where topic = 'subscription.changed'), 0)
-                as "subscription_changes!",
-            (select count(*) from deferred_events where starts_with(event_id, 'evt_' || $1))
-                as "deferred!",
-            (select count(*) from wallets w
-             where starts_with(w.user_id, $1)
-               and w.balance_minor <> (select coalesce(sum(e.amount_minor), 0) from wallet_entries e
-                                       where e.user_id = w.user_id and e.currency = w.currency))
-                as "mismatched_wallets!"
+        select provider, kind, count(*) as "n!" from wallet_entries
+        where exists (select from unnest($1::text[]) as p (prefix)
+                      where (kind = 'credit' and starts_with(source_ref, p.prefix))
+                         or (kind = 'refund' and starts_with(parent_ref, p.prefix)))
+        group by provider, kind order by provider, kind
         "#,
-        prefix,
+        payment_prefixes,
     );
-    let row = db::read_only(pool).one(query).await?;
+    let entries = db::read_only(pool).all(query).await?;
+    let query = sqlx::query!(
+        r#"
+        select count(*) as "n!" from wallets w
+        where starts_with(w.user_id, $1)
+          and w.balance_minor <> (select coalesce(sum(e.amount_minor), 0) from wallet_entries e
+                                  where e.user_id = w.user_id and e.currency = w.currency)
+        "#,
+        user_prefix,
+    );
+    let mismatched_wallets = db::read_only(pool).one(query).await?.n;
     let query = sqlx::query!(
         r#"
         select currency, sum(balance_minor)::bigint as "total!"
         from wallets where starts_with(user_id, $1)
         group by currency order by currency
         "#,
-        prefix,
+        user_prefix,
     );
     let totals = db::read_only(pool).all(query).await?;
-    Ok(DrillCounts {
-        stripe_events: row.stripe_events,
-        razorpay_events: row.razorpay_events,
-        stripe_credits: row.stripe_credits,
-        stripe_refunds: row.stripe_refunds,
-        razorpay_credits: row.razorpay_credits,
-        razorpay_refunds: row.razorpay_refunds,
-        credited: row.credited,
-        debited: row.debited,
-        receipts: row.receipts,
-        subscription_changes: row.subscription_changes,
-        deferred: row.deferred,
+    Ok(DrillLedger {
+        entries: entries
+            .into_iter()
+            .map(|r| (r.provider, r.kind, r.n))
+            .collect(),
         totals: totals.into_iter().map(|r| (r.currency, r.total)).collect(),
-        mismatched_wallets: row.mismatched_wallets,
+        mismatched_wallets,
     })
 }

@@ -199,3 +199,20 @@ pub async fn failed_attempts(
     );
     db::read_only(pool).all(query).await
 }
+
+/// The rows of the events whose id starts with `id_prefix` (a drill's
+/// run), per topic.
+pub async fn topics_with_prefix(
+    pool: &PgPool,
+    id_prefix: &str,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let query = sqlx::query!(
+        r#"
+        select topic, count(*) as "n!" from outbox
+        where starts_with(event_id, $1) group by topic order by topic
+        "#,
+        id_prefix,
+    );
+    let rows = db::read_only(pool).all(query).await?;
+    Ok(rows.into_iter().map(|r| (r.topic, r.n)).collect())
+}
