@@ -25,11 +25,10 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder
 
 use super::AppState;
 use super::health::read_within;
-use crate::ingest::batch::BatchStats;
-use crate::outbox::store;
+use crate::ingest::BatchStats;
+use crate::outbox;
 use crate::outbox::worker::DrainerStats;
-use crate::sweep::schedule::SweepStats;
-use crate::sweep::store::last_successes;
+use crate::sweep::{SweepStats, last_successes};
 use quantile::Buckets;
 
 mod catalogue;
@@ -147,7 +146,7 @@ impl Metrics {
     /// and the sweeps' last successes when they could be read.
     pub fn render(
         &self,
-        depth: Option<store::Depth>,
+        depth: Option<outbox::Depth>,
         last_successes: &[(String, i64)],
         batches: &BatchStats,
     ) -> String {
@@ -240,7 +239,7 @@ fn gauge(recorder: &PrometheusRecorder, name: &'static str, labels: Vec<Label>) 
 /// What this scrape read from the database (the outbox's rows, each
 /// provider's last successful sweep by any process), rendered from a
 /// recorder of the scrape's own; nothing when nothing could be read.
-fn snapshot(depth: Option<store::Depth>, last_successes: &[(String, i64)]) -> String {
+fn snapshot(depth: Option<outbox::Depth>, last_successes: &[(String, i64)]) -> String {
     if depth.is_none() && last_successes.is_empty() {
         return String::new();
     }
@@ -266,7 +265,7 @@ fn snapshot(depth: Option<store::Depth>, last_successes: &[(String, i64)]) -> St
 /// timeout; without it they are left out rather than failing the scrape.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let (pool, wait) = (state.pool.clone(), Duration::from_secs(2));
-    let depth = read_within(wait, async move { store::depth(&pool).await }).await;
+    let depth = read_within(wait, async move { outbox::depth(&pool).await }).await;
     let pool = state.pool.clone();
     let swept = read_within(wait, async move { last_successes(&pool).await }).await;
     let swept = swept.unwrap_or_default();

@@ -24,7 +24,7 @@ use sqlx::PgPool;
 use crate::effects;
 use crate::providers::Event;
 
-pub use batch::Ingestor;
+pub use batch::{BatchStats, Ingestor};
 pub use engine::Wake;
 pub use error::Error;
 pub use gap::{DELIVERY_GAP, announce_delivery_gap};

@@ -8,6 +8,8 @@ pub mod retry;
 pub mod store;
 pub mod worker;
 
+// The read side, for the console and metrics.
+pub use store::{Depth, Listed, browse, depth, retry_dead};
 pub use store::{Message, enqueue, enqueue_one, notify};
 pub use worker::{Drainer, DrainerSettings, Waker};
 

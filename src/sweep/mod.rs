@@ -19,6 +19,10 @@ pub mod schedule;
 pub mod store;
 pub mod stripe;
 
+// The read side, for the console and metrics.
+pub use schedule::SweepStats;
+pub use store::{Run, last_successes, runs};
+
 use std::time::Duration;
 
 use serde::Serialize;

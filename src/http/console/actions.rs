@@ -15,7 +15,7 @@ use super::pages::OutboxQuery;
 use super::views::{self, Login, page_with};
 use super::{Console, EventRef, RowPath, cookie, refused};
 use crate::ingest::{self, ReplayRefused};
-use crate::outbox::store::{self, browse};
+use crate::outbox::{self, browse};
 use crate::telemetry::bounded;
 
 /// Where a login (or an action) may send the browser: a console page,
@@ -184,7 +184,7 @@ pub async fn retry(
     if !console.auth.csrf_ok(&actor, &form.csrf) {
         return forbidden();
     }
-    let requeued = match store::retry_dead(&console.app.pool, Some(id)).await {
+    let requeued = match outbox::retry_dead(&console.app.pool, Some(id)).await {
         Ok(requeued) => requeued,
         Err(error) => return views::database_failed(&error),
     };

@@ -13,7 +13,7 @@ use super::auth::Actor;
 use super::shown;
 use crate::events;
 use crate::ledger::EntryRow;
-use crate::outbox::store::Listed;
+use crate::outbox::Listed;
 use crate::subscriptions;
 
 /// Characters left as they are in a query value.
@@ -233,7 +233,7 @@ pub struct Overview {
 #[template(path = "console/live.html")]
 pub struct Live {
     pub as_of: String,
-    pub outbox: Option<crate::outbox::store::Depth>,
+    pub outbox: Option<crate::outbox::Depth>,
     pub deferred: Option<(i64, f64)>,
     pub p50_ms: Option<String>,
     pub p99_ms: Option<String>,
@@ -317,7 +317,7 @@ pub struct EventPage {
     pub subscriptions: Vec<subscriptions::Row>,
     pub outbox: Vec<Listed>,
     /// The failed attempts of those rows.
-    pub attempts: Vec<crate::outbox::store::browse::FailedAttempt>,
+    pub attempts: Vec<crate::outbox::browse::FailedAttempt>,
     pub story: Vec<(String, String)>,
     /// The story's lines left out.
     pub story_more: usize,
@@ -347,7 +347,7 @@ pub struct OutboxPage {
     pub rows: Vec<Listed>,
     pub later: Option<String>,
     pub first_page: bool,
-    pub depth: crate::outbox::store::Depth,
+    pub depth: crate::outbox::Depth,
     pub notice: Option<String>,
     /// This filter's query string, for the bulk retry and the way back.
     pub query: String,

@@ -12,7 +12,7 @@ use crate::http::console::chart;
 use crate::http::console::shown::{self, SHOWN_JSON_BYTES};
 use crate::http::console::views::{self, Chrome, EventFilterView, page, query_value};
 use crate::http::console::{Console, EventRef};
-use crate::outbox::store::browse;
+use crate::outbox::browse;
 use crate::{ledger, payments, story, subscriptions};
 
 /// Lines of an event's story its page shows at most (`webhookd explain`

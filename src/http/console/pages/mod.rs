@@ -16,7 +16,6 @@ use super::auth::Actor;
 use super::chart;
 use super::views::{self, Chrome, SweepView, age, page};
 use super::{Console, UserRef};
-use crate::outbox::store;
 use crate::{ledger, payments, subscriptions, sweep};
 
 /// Rows a page shows at most.
@@ -74,7 +73,7 @@ async fn live(console: &Console) -> views::Live {
             std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(now).unwrap_or(0)),
         )
         .to_string(),
-        outbox: store::depth(pool).await.ok(),
+        outbox: crate::outbox::depth(pool).await.ok(),
         deferred: crate::events::deferred_depth(pool).await.ok(),
         p50_ms: ms(0.5),
         p99_ms: ms(0.99),
@@ -82,7 +81,7 @@ async fn live(console: &Console) -> views::Live {
         batches: batch_count,
         mean_batch,
         fallbacks: batches.fallbacks.load(std::sync::atomic::Ordering::Relaxed),
-        sweeps: sweep::store::runs(pool)
+        sweeps: sweep::runs(pool)
             .await
             .ok()
             .map(|runs| runs.into_iter().map(sweep_view).collect()),
@@ -93,7 +92,7 @@ async fn live(console: &Console) -> views::Live {
     }
 }
 
-fn sweep_view(run: sweep::store::Run) -> SweepView {
+fn sweep_view(run: sweep::Run) -> SweepView {
     let (result, failed) = match &run.last_result {
         Some(result) => match result.get("error").and_then(|e| e.as_str()) {
             Some(error) => (format!("failed: {}", super::shown::text(error)), true),

@@ -9,7 +9,7 @@ use super::{PAGE_ROWS, failed, given};
 use crate::http::console::Console;
 use crate::http::console::auth::Actor;
 use crate::http::console::views::{self, Chrome, page, query_value};
-use crate::outbox::store::{self, browse};
+use crate::outbox::{self, browse};
 
 /// The outbox page's filter.
 #[derive(Debug, Default, Deserialize)]
@@ -60,7 +60,7 @@ pub async fn outbox(
     let filter = query.filter();
     let (rows, depth) = match tokio::try_join!(
         browse::page(pool, &filter, query.after, PAGE_ROWS),
-        store::depth(pool)
+        outbox::depth(pool)
     ) {
         Ok(reads) => reads,
         Err(error) => return failed(&error),
