@@ -2,4 +2,5 @@
 
 pub mod paypal;
 pub mod razorpay;
+pub mod server;
 pub mod stripe;

@@ -4,17 +4,16 @@
 //! sweep half way.
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, VecDeque};
-use std::{net::SocketAddr, sync::Arc};
+use std::collections::HashMap;
 
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router, routing::get};
 use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+
+use super::server::{Failure, FakeServer, Handle, parse_query, respond, with_retry_after};
 
 /// A payment entity in INR, paid by UPI, with `notes` `{"user_id": user}`,
 /// or `[]` (as Razorpay sends empty notes) when `user` is `None`.
@@ -47,28 +46,24 @@ pub struct Request {
     pub status: u16,
 }
 
-/// The running fake; its server stops when this is dropped.
-pub struct FakeRazorpay {
-    address: SocketAddr,
-    state: Arc<watch::Sender<Shared>>,
-    shutdown: CancellationToken,
-}
+/// The running fake. Scripted failures, pauses and the requests answered
+/// are [`FakeServer`]'s: a failure answers the next request before any
+/// other check, and a pause holds authorized, well-formed list requests
+/// (of either list), which read the list when let go; fetching a payment
+/// by id is not a page and is never held.
+pub type FakeRazorpay = FakeServer<Razorpay, Request>;
+
+type Fake = Handle<Razorpay, Request>;
 
 const PAYMENTS: &str = "/v1/payments";
 const REFUNDS: &str = "/v1/refunds";
 
-/// Everything the fake knows, in a watch channel so held requests can wait.
+/// Everything the fake knows of Razorpay.
 #[derive(Default)]
-struct Shared {
+pub struct Razorpay {
     key: (String, String),
     /// By list path, each newest first: `created_at` descending, then `id`.
     lists: HashMap<&'static str, Vec<Value>>,
-    failures: VecDeque<(u16, Option<u64>)>,
-    requests: Vec<Request>,
-    /// Pages served, the count at which to start holding, requests held now.
-    served: usize,
-    pause_at: Option<usize>,
-    held: usize,
 }
 
 impl FakeRazorpay {
@@ -80,30 +75,18 @@ impl FakeRazorpay {
         payments: Vec<Value>,
         refunds: Vec<Value>,
     ) -> FakeRazorpay {
-        let state = Arc::new(watch::Sender::new(Shared::default()));
-        state.send_modify(|s| s.key = (key_id.to_owned(), key_secret.to_owned()));
         let app = Router::new()
             .route(PAYMENTS, get(answer))
             .route(REFUNDS, get(answer))
             .route("/v1/payments/{id}", get(answer));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (address, shutdown) = (listener.local_addr().unwrap(), CancellationToken::new());
-        let server = axum::serve(listener, app.with_state(state.clone()));
-        let stop = shutdown.clone().cancelled_owned();
-        tokio::spawn(server.with_graceful_shutdown(stop).into_future());
-        let fake = FakeRazorpay {
-            address,
-            state,
-            shutdown,
+        let razorpay = Razorpay {
+            key: (key_id.to_owned(), key_secret.to_owned()),
+            ..Razorpay::default()
         };
+        let fake = FakeServer::serve(razorpay, app).await;
         payments.into_iter().for_each(|p| fake.add_payment(p));
         refunds.into_iter().for_each(|r| fake.add_refund(r));
         fake
-    }
-
-    /// `http://127.0.0.1:PORT`, to which a client appends `/v1/payments`.
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.address)
     }
 
     /// Adds a payment; the list is live, so the next page served may show it.
@@ -117,66 +100,25 @@ impl FakeRazorpay {
     }
 
     fn add(&self, list: &'static str, entity: Value) {
-        self.state.send_modify(|s| {
+        self.modify(|s| {
             let list = s.lists.entry(list).or_default();
             list.push(entity);
             list.sort_by_key(|e| Reverse((e["created_at"].as_i64(), e["id"].to_string())));
         });
     }
-
-    /// Answers the next `times` requests, before any other check, with
-    /// `status` (and `Retry-After: retry_after` if given). Calls queue up.
-    pub fn fail_next(&self, status: u16, times: usize, retry_after: Option<u64>) {
-        let failures = std::iter::repeat_n((status, retry_after), times);
-        self.state.send_modify(|s| s.failures.extend(failures));
-    }
-
-    /// Every request answered so far, oldest first (a held one once answered).
-    pub fn requests(&self) -> Vec<Request> {
-        self.state.borrow().requests.clone()
-    }
-
-    /// Once `pages` more list pages (of either list, from now) have been
-    /// served, holds further authorized, well-formed list requests until
-    /// [`release`](Self::release); a held request reads the list when let go.
-    /// Fetching a payment by id is not a page and is never held.
-    pub fn pause_after(&self, pages: usize) {
-        let pause_at = |s: &mut Shared| s.pause_at = Some(s.served + pages);
-        self.state.send_modify(pause_at);
-    }
-
-    /// Lets held requests go and stops holding new ones.
-    pub fn release(&self) {
-        self.state.send_modify(|s| s.pause_at = None);
-    }
-
-    /// Waits until a request is held (one whose client gave up still counts).
-    pub async fn paused(&self) {
-        let mut state = self.state.subscribe();
-        state.wait_for(|s| s.held > 0).await.unwrap();
-    }
-}
-
-impl Drop for FakeRazorpay {
-    fn drop(&mut self) {
-        self.release();
-        self.shutdown.cancel();
-    }
 }
 
 async fn answer(
-    State(state): State<Arc<watch::Sender<Shared>>>,
+    State(fake): State<Fake>,
     uri: Uri,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
     let (path, query) = (uri.path(), parse_query(raw.as_deref().unwrap_or_default()));
-    let auth = authenticate(&headers, &state.borrow());
-    let list = |path| state.borrow().lists.get(path).cloned().unwrap_or_default();
+    let auth = fake.read(|s| authenticate(&headers, s));
+    let list = |path| fake.read(|s| s.lists.get(path).cloned().unwrap_or_default());
     let response = async {
-        let mut failure = None;
-        state.send_modify(|s| failure = s.failures.pop_front());
-        if let Some((status, retry_after)) = failure {
+        if let Some((status, retry_after)) = fake.next_failure() {
             return injected(status, retry_after, auth.err().unwrap_or(INVALID_KEY));
         }
         if let Err(description) = auth {
@@ -188,17 +130,16 @@ async fn answer(
         if let Err(failure) = page(&query, &list(path)) {
             return respond(failure);
         }
-        admit(&state).await;
+        fake.admit().await;
         page(&query, &list(path)).map_or_else(respond, |page| Json(page).into_response())
     }
     .await;
-    let request = Request {
+    fake.record(Request {
         path: path.to_owned(),
         query,
         authorized: auth.is_ok(),
         status: response.status().as_u16(),
-    };
-    state.send_modify(|s| s.requests.push(request));
+    });
     response
 }
 
@@ -211,7 +152,7 @@ const TROUBLE: &str =
 
 /// Checks `Authorization: Basic base64(key_id:key_secret)`, or gives the
 /// description of the 401 Razorpay would answer.
-fn authenticate(headers: &HeaderMap, s: &Shared) -> Result<(), &'static str> {
+fn authenticate(headers: &HeaderMap, s: &Razorpay) -> Result<(), &'static str> {
     let (key_id, secret) = &s.key;
     let header = headers.get(header::AUTHORIZATION).ok_or(NO_KEY)?;
     let token = header.to_str().ok().and_then(|v| v.strip_prefix("Basic "));
@@ -220,25 +161,6 @@ fn authenticate(headers: &HeaderMap, s: &Shared) -> Result<(), &'static str> {
         Some(pair) if pair == (key_id.as_str(), secret.as_str()) => Ok(()),
         Some((id, _)) if id == key_id => Err(INVALID_SECRET),
         _ => Err(INVALID_KEY),
-    }
-}
-
-/// Waits while requests are being held, then counts one page served.
-async fn admit(state: &watch::Sender<Shared>) {
-    let (mut changes, mut held) = (state.subscribe(), false);
-    loop {
-        let mut admitted = false;
-        state.send_if_modified(|s| {
-            admitted = s.pause_at.is_none_or(|at| s.served < at);
-            s.served += usize::from(admitted);
-            s.held = s.held + usize::from(!admitted && !held) - usize::from(admitted && held);
-            !admitted && !held
-        });
-        if admitted {
-            return;
-        }
-        held = true;
-        changes.changed().await.unwrap();
     }
 }
 
@@ -295,34 +217,6 @@ fn page(query: &[(String, String)], items: &[Value]) -> Result<Value, Failure> {
     Ok(json!({ "entity": "collection", "count": items.len(), "items": items }))
 }
 
-/// Splits a raw query into percent-decoded pairs (`+` is a space).
-fn parse_query(raw: &str) -> Vec<(String, String)> {
-    let decode = |s: &str| {
-        let (mut out, mut i) = (vec![], 0);
-        while let Some(&byte) = s.as_bytes().get(i) {
-            let hex = s.get(i + 1..i + 3).map(|h| u8::from_str_radix(h, 16));
-            let (byte, width) = match (byte, hex) {
-                (b'%', Some(Ok(decoded))) => (decoded, 3),
-                (b'+', _) => (b' ', 1),
-                _ => (byte, 1),
-            };
-            out.push(byte);
-            i += width;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    };
-    let pairs = raw.split('&').filter(|pair| !pair.is_empty());
-    let pairs = pairs.map(|pair| pair.split_once('=').unwrap_or((pair, "")));
-    pairs.map(|(k, v)| (decode(k), decode(v))).collect()
-}
-
-/// An HTTP status and the Razorpay error body sent with it.
-type Failure = (u16, Value);
-
-fn respond((status, body): Failure) -> Response {
-    (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
-}
-
 /// Razorpay's error body: on a 400 blaming the input (and naming the `field`
 /// at fault, if there is one), otherwise with source, step and reason "NA".
 fn error(status: u16, code: &str, description: &str, field: Option<&str>) -> Failure {
@@ -349,10 +243,8 @@ fn injected(status: u16, retry_after: Option<u64>, unauthorized: &str) -> Respon
         500.. => ("SERVER_ERROR", TROUBLE),
         _ => ("BAD_REQUEST_ERROR", "An injected failure."),
     };
-    let mut response = respond(error(status, code, description, None));
-    let retry_after = retry_after.map(|seconds| (header::RETRY_AFTER, seconds.into()));
-    response.headers_mut().extend(retry_after);
-    response
+    let response = respond(error(status, code, description, None));
+    with_retry_after(response, retry_after)
 }
 
 #[cfg(test)]

@@ -1,15 +1,13 @@
 //! An in-process fake of Stripe's `GET /v1/events` (List all events), with
 //! hooks to inject failures and to hold a sweep half way.
 
-use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
-
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router, routing::get};
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+
+use super::server::{Failure, FakeServer, Handle, parse_query, respond, with_retry_after};
 
 /// A full Stripe event object, in the shape of `helpers::envelope`.
 pub fn event(id: &str, event_type: &str, created: i64, object: Value) -> Value {
@@ -29,16 +27,17 @@ pub struct Request {
     pub status: u16,
 }
 
-/// The running fake; its server stops when this is dropped.
-pub struct FakeStripe {
-    address: SocketAddr,
-    state: Arc<watch::Sender<Shared>>,
-    shutdown: CancellationToken,
-}
+/// The running fake. Scripted failures, pauses and the requests answered
+/// are [`FakeServer`]'s: a failure answers the next `/v1/events` request
+/// before any other check, and a pause holds authorized, well-formed
+/// requests for events, which read the list when let go.
+pub type FakeStripe = FakeServer<Stripe, Request>;
 
-/// Everything the fake knows, in a watch channel so held requests can wait.
+type Fake = Handle<Stripe, Request>;
+
+/// Everything the fake knows of Stripe.
 #[derive(Default)]
-struct Shared {
+pub struct Stripe {
     key: String,
     /// In list order: `created` descending, then `id` descending.
     events: Vec<Value>,
@@ -46,100 +45,39 @@ struct Shared {
     /// in the same order.
     payment_intents: Vec<Value>,
     refunds: Vec<Value>,
-    failures: VecDeque<(u16, Option<u64>)>,
-    requests: Vec<Request>,
-    /// Pages served, the count at which to start holding, requests held now.
-    served: usize,
-    pause_at: Option<usize>,
-    held: usize,
 }
 
 impl FakeStripe {
     /// Starts serving `events` (full Stripe event objects, each with "id",
     /// "created" and "type") to callers presenting API key `key`.
     pub async fn start(key: &str, events: Vec<Value>) -> FakeStripe {
-        let state = Arc::new(watch::Sender::new(Shared::default()));
-        state.send_modify(|s| s.key = key.to_owned());
         let app = Router::new()
             .route("/v1/events", get(list_events))
             .route("/v1/payment_intents", get(list_payment_intents))
             .route("/v1/payment_intents/{id}", get(retrieve_payment_intent))
             .route("/v1/refunds", get(list_refunds));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (address, shutdown) = (listener.local_addr().unwrap(), CancellationToken::new());
-        let server = axum::serve(listener, app.with_state(state.clone()));
-        let stop = shutdown.clone().cancelled_owned();
-        tokio::spawn(server.with_graceful_shutdown(stop).into_future());
-        let fake = FakeStripe {
-            address,
-            state,
-            shutdown,
+        let stripe = Stripe {
+            key: key.to_owned(),
+            ..Stripe::default()
         };
+        let fake = FakeServer::serve(stripe, app).await;
         events.into_iter().for_each(|event| fake.add(event));
         fake
     }
 
-    /// `http://127.0.0.1:PORT`, to which a client appends `/v1/events`.
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.address)
-    }
-
     /// Adds an event; the list is live, so the next page served may show it.
     pub fn add(&self, event: Value) {
-        let order = |e: &Value| (e["created"].as_i64(), e["id"].as_str().map(str::to_owned));
-        self.state.send_modify(|s| {
-            s.events.push(event);
-            s.events.sort_by_key(|e| std::cmp::Reverse(order(e)));
-        });
+        self.modify(|s| insert(&mut s.events, event));
     }
 
     /// Adds a payment intent (`GET /v1/payment_intents`, and by id).
     pub fn add_payment_intent(&self, intent: Value) {
-        self.state
-            .send_modify(|s| insert(&mut s.payment_intents, intent));
+        self.modify(|s| insert(&mut s.payment_intents, intent));
     }
 
     /// Adds a refund object (`GET /v1/refunds`).
     pub fn add_refund(&self, refund: Value) {
-        self.state.send_modify(|s| insert(&mut s.refunds, refund));
-    }
-
-    /// Answers the next `times` requests, before any other check, with
-    /// `status` (and `Retry-After: retry_after` if given). Calls queue up.
-    pub fn fail_next(&self, status: u16, times: usize, retry_after: Option<u64>) {
-        let failures = std::iter::repeat_n((status, retry_after), times);
-        self.state.send_modify(|s| s.failures.extend(failures));
-    }
-
-    /// Every request answered so far, oldest first (a held one once answered).
-    pub fn requests(&self) -> Vec<Request> {
-        self.state.borrow().requests.clone()
-    }
-
-    /// Once `pages` more pages (from now) have been served, holds further
-    /// authorized, well-formed requests until [`release`](Self::release); a
-    /// held request reads the list when let go.
-    pub fn pause_after(&self, pages: usize) {
-        let pause_at = |s: &mut Shared| s.pause_at = Some(s.served + pages);
-        self.state.send_modify(pause_at);
-    }
-
-    /// Lets held requests go and stops holding new ones.
-    pub fn release(&self) {
-        self.state.send_modify(|s| s.pause_at = None);
-    }
-
-    /// Waits until a request is held (one whose client gave up still counts).
-    pub async fn paused(&self) {
-        let mut state = self.state.subscribe();
-        state.wait_for(|s| s.held > 0).await.unwrap();
-    }
-}
-
-impl Drop for FakeStripe {
-    fn drop(&mut self) {
-        self.release();
-        self.shutdown.cancel();
+        self.modify(|s| insert(&mut s.refunds, refund));
     }
 }
 
@@ -151,12 +89,12 @@ fn insert(list: &mut Vec<Value>, object: Value) {
 }
 
 async fn list_payment_intents(
-    State(state): State<Arc<watch::Sender<Shared>>>,
+    State(fake): State<Fake>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
     list_objects(
-        &state,
+        &fake,
         &headers,
         raw,
         |s| &s.payment_intents,
@@ -165,28 +103,28 @@ async fn list_payment_intents(
 }
 
 async fn list_refunds(
-    State(state): State<Arc<watch::Sender<Shared>>>,
+    State(fake): State<Fake>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    list_objects(&state, &headers, raw, |s| &s.refunds, "/v1/refunds")
+    list_objects(&fake, &headers, raw, |s| &s.refunds, "/v1/refunds")
 }
 
 /// A list of other objects than events: the same paging, no types, no
 /// injected failures or pauses.
 fn list_objects(
-    state: &watch::Sender<Shared>,
+    fake: &Fake,
     headers: &HeaderMap,
     raw: Option<String>,
-    of: fn(&Shared) -> &Vec<Value>,
+    of: fn(&Stripe) -> &Vec<Value>,
     url: &str,
 ) -> Response {
     let key = bearer(headers);
-    if key != state.borrow().key {
+    if !fake.read(|s| key == s.key) {
         return unauthorized(key);
     }
     let query = parse_query(raw.as_deref().unwrap_or_default());
-    match page(&query, of(&state.borrow())) {
+    match fake.read(|s| page(&query, of(s))) {
         Ok(mut page) => {
             page["url"] = json!(url);
             Json(page).into_response()
@@ -196,20 +134,18 @@ fn list_objects(
 }
 
 async fn retrieve_payment_intent(
-    State(state): State<Arc<watch::Sender<Shared>>>,
+    State(fake): State<Fake>,
     headers: HeaderMap,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
     let key = bearer(&headers);
-    if key != state.borrow().key {
+    if !fake.read(|s| key == s.key) {
         return unauthorized(key);
     }
-    let found = state
-        .borrow()
-        .payment_intents
-        .iter()
-        .find(|p| p["id"] == id.as_str())
-        .cloned();
+    let found = fake.read(|s| {
+        let mut intents = s.payment_intents.iter();
+        intents.find(|p| p["id"] == id.as_str()).cloned()
+    });
     match found {
         Some(intent) => Json(intent).into_response(),
         None => error(
@@ -221,57 +157,35 @@ async fn retrieve_payment_intent(
 }
 
 async fn list_events(
-    State(state): State<Arc<watch::Sender<Shared>>>,
+    State(fake): State<Fake>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
     let query = parse_query(raw.as_deref().unwrap_or_default());
     let key = bearer(&headers);
-    let authorized = key == state.borrow().key;
+    let authorized = fake.read(|s| key == s.key);
     let response = async {
-        let mut failure = None;
-        state.send_modify(|s| failure = s.failures.pop_front());
-        if let Some((status, retry_after)) = failure {
+        if let Some((status, retry_after)) = fake.next_failure() {
             return injected(status, retry_after, key);
         }
         if !authorized {
             return unauthorized(key);
         }
-        if let Err(failure) = page(&query, &state.borrow().events) {
+        if let Err(failure) = fake.read(|s| page(&query, &s.events)) {
             return respond(failure);
         }
-        admit(&state).await;
-        let page = page(&query, &state.borrow().events);
+        fake.admit().await;
+        let page = fake.read(|s| page(&query, &s.events));
         page.map_or_else(respond, |page| Json(page).into_response())
     }
     .await;
     let status = response.status().as_u16();
-    let request = Request {
+    fake.record(Request {
         query,
         authorized,
         status,
-    };
-    state.send_modify(|s| s.requests.push(request));
+    });
     response
-}
-
-/// Waits while requests are being held, then counts one page served.
-async fn admit(state: &watch::Sender<Shared>) {
-    let (mut changes, mut held) = (state.subscribe(), false);
-    loop {
-        let mut admitted = false;
-        state.send_if_modified(|s| {
-            admitted = s.pause_at.is_none_or(|at| s.served < at);
-            s.served += usize::from(admitted);
-            s.held = s.held + usize::from(!admitted && !held) - usize::from(admitted && held);
-            !admitted && !held
-        });
-        if admitted {
-            return;
-        }
-        held = true;
-        changes.changed().await.unwrap();
-    }
 }
 
 /// The page of `events` that `query` asks for, or the 400 Stripe would answer.
@@ -319,34 +233,6 @@ fn page(query: &[(String, String)], events: &[Value]) -> Result<Value, Failure> 
     Ok(json!({ "object": "list", "url": "/v1/events", "has_more": has_more, "data": data }))
 }
 
-/// Splits a raw query into percent-decoded pairs (`+` is a space).
-fn parse_query(raw: &str) -> Vec<(String, String)> {
-    let decode = |s: &str| {
-        let (mut out, mut i) = (vec![], 0);
-        while let Some(&byte) = s.as_bytes().get(i) {
-            let hex = s.get(i + 1..i + 3).map(|h| u8::from_str_radix(h, 16));
-            let (byte, width) = match (byte, hex) {
-                (b'%', Some(Ok(decoded))) => (decoded, 3),
-                (b'+', _) => (b' ', 1),
-                _ => (byte, 1),
-            };
-            out.push(byte);
-            i += width;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    };
-    let pairs = raw.split('&').filter(|pair| !pair.is_empty());
-    let pairs = pairs.map(|pair| pair.split_once('=').unwrap_or((pair, "")));
-    pairs.map(|(k, v)| (decode(k), decode(v))).collect()
-}
-
-/// An HTTP status and the Stripe error body sent with it.
-type Failure = (u16, Value);
-
-fn respond((status, body): Failure) -> Response {
-    (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
-}
-
 fn error(status: u16, kind: &str, message: &str) -> Response {
     let body = json!({ "error": { "type": kind, "message": message } });
     respond((status, body))
@@ -357,7 +243,6 @@ fn invalid(param: &str, message: &str) -> Failure {
     (400, json!({ "error": error }))
 }
 
-/// Stripe's 401, which shows only the key's prefix and last four characters.
 /// The key of `Authorization: Bearer <key>`, or "".
 fn bearer(headers: &HeaderMap) -> &str {
     let value = headers.get(header::AUTHORIZATION);
@@ -366,6 +251,7 @@ fn bearer(headers: &HeaderMap) -> &str {
         .unwrap_or_default()
 }
 
+/// Stripe's 401, which shows only the key's prefix and last four characters.
 fn unauthorized(key: &str) -> Response {
     let prefix = key.rfind('_').map_or(0, |at| at + 1);
     let tail = &key[key.len().saturating_sub(4).max(prefix)..];
@@ -380,10 +266,8 @@ fn injected(status: u16, retry_after: Option<u64>, key: &str) -> Response {
         500.. => "api_error",
         _ => "invalid_request_error",
     };
-    let mut response = error(status, kind, &format!("An injected {status}."));
-    let retry_after = retry_after.map(|seconds| (header::RETRY_AFTER, seconds.into()));
-    response.headers_mut().extend(retry_after);
-    response
+    let response = error(status, kind, &format!("An injected {status}."));
+    with_retry_after(response, retry_after)
 }
 
 #[cfg(test)]

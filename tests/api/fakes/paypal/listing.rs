@@ -7,60 +7,73 @@ use axum::http::{HeaderMap, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Handle, Next, Shared, header_of, injected, instant, oauth_error, record, rest_error};
+use super::{Fake, Next, Paypal, header_of, injected, instant, oauth_error, record, rest_error};
+use crate::fakes::server::parse_query;
 
 pub(super) async fn list(
-    State(state): State<Handle>,
+    State(fake): State<Fake>,
     uri: Uri,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
     let query = parse_query(raw.as_deref().unwrap_or_default());
     let bearer = header_of(&headers, header::AUTHORIZATION).strip_prefix("Bearer ");
-    let mut shared = state.lock().unwrap();
-    let response = if let Some((status, retry_after)) = shared.failures.pop_front() {
+    let response = if let Some((status, retry_after)) = fake.next_failure() {
         injected(status, retry_after)
-    } else if bearer.is_some_and(|t| shared.revoked || shared.expired.iter().any(|e| e == t)) {
-        oauth_error(401, "invalid_token", "Access Token not found in cache")
-    } else if !bearer.is_some_and(|t| shared.tokens.iter().any(|e| e == t)) {
-        rest_error(
+    } else {
+        match fake.read(|shared| answer(shared, bearer, &query)) {
+            Ok(page) => {
+                let served = fake.admit().await;
+                fake.modify(|shared| {
+                    if shared.expire_at == Some(served) {
+                        let tokens = std::mem::take(&mut shared.tokens);
+                        shared.expired.extend(tokens);
+                    }
+                });
+                Json(page).into_response()
+            }
+            Err(refusal) => *refusal,
+        }
+    };
+    record(&fake, &uri, &headers, String::new(), &response);
+    response
+}
+
+/// The page for a request with `bearer`, or the refusal PayPal answers.
+fn answer(
+    shared: &Paypal,
+    bearer: Option<&str>,
+    query: &[(String, String)],
+) -> Result<Value, Box<Response>> {
+    if bearer.is_some_and(|t| shared.revoked || shared.expired.iter().any(|e| e == t)) {
+        let expired = oauth_error(401, "invalid_token", "Access Token not found in cache");
+        return Err(Box::new(expired));
+    }
+    if !bearer.is_some_and(|t| shared.tokens.iter().any(|e| e == t)) {
+        return Err(Box::new(rest_error(
             401,
             "AUTHENTICATION_FAILURE",
             "Authentication failed due to invalid authentication credentials or a missing Authorization header.",
             None,
-        )
-    } else {
-        match page(&shared, &query) {
-            Ok(page) => {
-                shared.served += 1;
-                if shared.expire_at == Some(shared.served) {
-                    let tokens = std::mem::take(&mut shared.tokens);
-                    shared.expired.extend(tokens);
-                }
-                Json(page).into_response()
-            }
-            Err((field, value, issue)) => {
-                let detail = json!({ "field": field, "value": value, "location": "query", "issue": issue,
-                    "description": format!("{field} is not valid: {issue}") });
-                rest_error(
-                    400,
-                    "INVALID_REQUEST",
-                    "Request is not well-formed, syntactically incorrect, or violates schema.",
-                    Some(detail),
-                )
-            }
-        }
-    };
-    drop(shared);
-    record(&state, &uri, &headers, String::new(), &response);
-    response
+        )));
+    }
+    page(shared, query).map_err(|(field, value, issue)| {
+        let detail = json!({ "field": field, "value": value, "location": "query", "issue": issue,
+            "description": format!("{field} is not valid: {issue}") });
+        Box::new(rest_error(
+            400,
+            "INVALID_REQUEST",
+            "Request is not well-formed, syntactically incorrect, or violates schema.",
+            Some(detail),
+        ))
+    })
 }
 
 /// A query field that PayPal would refuse: `(field, value, issue)`.
 type Invalid = (String, String, &'static str);
 
 /// The page `query` asks for, or why PayPal would refuse it.
-fn page(shared: &Shared, query: &[(String, String)]) -> Result<Value, Invalid> {
+fn page(shared: &Paypal, query: &[(String, String)]) -> Result<Value, Invalid> {
     let invalid = |k: &str, v: &str, issue| (k.to_owned(), v.to_owned(), issue);
     let (mut size, mut start, mut end, mut after, mut kind) = (10, None, None, None, None);
     for (key, value) in query {
@@ -124,7 +137,7 @@ fn page(shared: &Shared, query: &[(String, String)]) -> Result<Value, Invalid> {
 }
 
 /// A link to the listing with `query`, paged on by `token`.
-fn link(shared: &Shared, query: &[(String, String)], token: Option<String>, rel: &str) -> Value {
+fn link(shared: &Paypal, query: &[(String, String)], token: Option<String>, rel: &str) -> Value {
     let mut pairs: Vec<(String, String)> = query.to_vec();
     let (base, token) = match (&shared.next, rel) {
         (Next::On(base), "next") => (base.clone(), token),
@@ -139,10 +152,4 @@ fn link(shared: &Shared, query: &[(String, String)], token: Option<String>, rel:
         reqwest::Url::parse(&format!("{base}/v1/notifications/webhooks-events")).unwrap();
     href.query_pairs_mut().extend_pairs(pairs);
     json!({ "href": href.as_str(), "rel": rel, "method": "GET" })
-}
-
-/// Splits a raw query into percent-decoded pairs (`+` is a space).
-pub(super) fn parse_query(raw: &str) -> Vec<(String, String)> {
-    let url = reqwest::Url::parse(&format!("http://x/?{raw}")).unwrap();
-    url.query_pairs().into_owned().collect()
 }

@@ -4,24 +4,20 @@
 //! PayPal's shapes, validation, `next` links and errors, and hooks to
 //! inject failures, expire tokens and tamper with links.
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router, routing::get, routing::post};
 use base64::Engine;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+
+use super::server::{FakeServer, Handle, parse_query, respond, with_retry_after};
 
 mod listing;
 #[cfg(test)]
 mod tests;
-
-use listing::parse_query;
 
 /// `2026-12-01T10:00:00.000Z`, as PayPal writes times.
 pub fn time(at: i64) -> String {
@@ -71,8 +67,16 @@ pub enum Next {
     Stale,
 }
 
+/// The running fake. Scripted failures and the requests answered are
+/// [`FakeServer`]'s: a failure answers the next listing request (never a
+/// token request) before any other check.
+pub type FakePaypal = FakeServer<Paypal, Request>;
+
+type Fake = Handle<Paypal, Request>;
+
+/// Everything the fake knows of PayPal.
 #[derive(Default)]
-struct Shared {
+pub struct Paypal {
     base: String,
     credentials: String,
     /// In list order: `create_time` descending, then `id` descending.
@@ -80,60 +84,28 @@ struct Shared {
     issued: u64,
     tokens: Vec<String>,
     expired: Vec<String>,
-    failures: VecDeque<(u16, Option<u64>)>,
-    /// Pages served, and the count at which every token issued expires.
-    served: usize,
+    /// The count of pages served at which every token issued expires.
     expire_at: Option<usize>,
     /// Every token is answered `invalid_token`, new ones too.
     revoked: bool,
     next: Next,
-    requests: Vec<Request>,
-}
-
-type Handle = Arc<Mutex<Shared>>;
-
-/// The running fake; its server stops when this is dropped.
-pub struct FakePaypal {
-    address: SocketAddr,
-    state: Handle,
-    shutdown: CancellationToken,
 }
 
 impl FakePaypal {
     /// Serves `events` (full event objects) to the REST app `client_id`.
     pub async fn start(client_id: &str, secret: &str, events: Vec<Value>) -> FakePaypal {
-        let state = Handle::default();
         let app = Router::new()
             .route("/v1/oauth2/token", post(token))
             .route("/v1/notifications/webhooks-events", get(listing::list));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (address, shutdown) = (listener.local_addr().unwrap(), CancellationToken::new());
-        let server = axum::serve(listener, app.with_state(state.clone()));
-        tokio::spawn(
-            server
-                .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-                .into_future(),
-        );
-        let fake = FakePaypal {
-            address,
-            state,
-            shutdown,
+        let paypal = Paypal {
+            credentials: format!("{client_id}:{secret}"),
+            ..Paypal::default()
         };
-        fake.with(|s| {
-            s.base = format!("http://{address}");
-            s.credentials = format!("{client_id}:{secret}");
-        });
+        let fake = FakeServer::serve(paypal, app).await;
+        let base = fake.base_url();
+        fake.modify(|s| s.base = base);
         events.into_iter().for_each(|event| fake.add(event));
         fake
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut Shared) -> T) -> T {
-        f(&mut self.state.lock().unwrap())
-    }
-
-    /// `http://127.0.0.1:PORT`, the API base.
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.address)
     }
 
     /// Adds an event; the list is live.
@@ -144,37 +116,26 @@ impl FakePaypal {
                 e["id"].as_str().map(str::to_owned),
             )
         };
-        self.with(|s| {
+        self.modify(|s| {
             s.events.push(event);
             s.events.sort_by_key(|e| std::cmp::Reverse(order(e)));
         });
     }
 
-    /// Answers the next `times` listing requests, before any other check,
-    /// with `status` (and `Retry-After` if given). Calls queue up.
-    pub fn fail_next(&self, status: u16, times: usize, retry_after: Option<u64>) {
-        let failures = std::iter::repeat_n((status, retry_after), times);
-        self.with(|s| s.failures.extend(failures));
-    }
-
     /// Once `pages` more pages have been served, every token issued so far
     /// expires (PayPal's 401 `invalid_token`).
     pub fn expire_tokens_after(&self, pages: usize) {
-        self.with(|s| s.expire_at = Some(s.served + pages));
+        let at = self.served() + pages;
+        self.modify(|s| s.expire_at = Some(at));
     }
 
     /// From now on, every token is refused as expired, however new.
     pub fn revoke_every_token(&self) {
-        self.with(|s| s.revoked = true);
+        self.modify(|s| s.revoked = true);
     }
 
     pub fn set_next(&self, next: Next) {
-        self.with(|s| s.next = next);
-    }
-
-    /// Every request answered so far, oldest first.
-    pub fn requests(&self) -> Vec<Request> {
-        self.with(|s| s.requests.clone())
+        self.modify(|s| s.next = next);
     }
 
     /// The listing requests answered so far.
@@ -186,17 +147,11 @@ impl FakePaypal {
     }
 }
 
-impl Drop for FakePaypal {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
 fn instant(time: &Value) -> Option<SystemTime> {
     humantime::parse_rfc3339(time.as_str()?).ok()
 }
 
-fn record(state: &Handle, uri: &Uri, headers: &HeaderMap, body: String, response: &Response) {
+fn record(fake: &Fake, uri: &Uri, headers: &HeaderMap, body: String, response: &Response) {
     let request = Request {
         path: uri.path().to_owned(),
         query: parse_query(uri.query().unwrap_or_default()),
@@ -204,7 +159,7 @@ fn record(state: &Handle, uri: &Uri, headers: &HeaderMap, body: String, response
         body,
         status: response.status().as_u16(),
     };
-    state.lock().unwrap().requests.push(request);
+    fake.record(request);
 }
 
 fn header_of(headers: &HeaderMap, name: header::HeaderName) -> &str {
@@ -214,45 +169,40 @@ fn header_of(headers: &HeaderMap, name: header::HeaderName) -> &str {
         .unwrap_or_default()
 }
 
-async fn token(
-    State(state): State<Handle>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: String,
-) -> Response {
+async fn token(State(fake): State<Fake>, uri: Uri, headers: HeaderMap, body: String) -> Response {
     let basic = header_of(&headers, header::AUTHORIZATION).strip_prefix("Basic ");
     let decoded = basic.and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
     let form = header_of(&headers, header::CONTENT_TYPE) == "application/x-www-form-urlencoded";
     let grant = parse_query(&body)
         .into_iter()
         .find(|(k, _)| k == "grant_type");
-    let mut shared = state.lock().unwrap();
-    let response = if decoded.as_deref() != Some(shared.credentials.as_bytes()) {
-        oauth_error(401, "invalid_client", "Client Authentication failed")
-    } else if !form || grant.is_none() {
-        oauth_error(400, "unsupported_grant_type", "Grant Type is NULL")
-    } else if grant.is_some_and(|(_, grant)| grant != "client_credentials") {
-        oauth_error(400, "unsupported_grant_type", "unsupported grant_type")
-    } else {
-        shared.issued += 1;
-        let token = format!("A21AAFakeToken{:04}", shared.issued);
-        shared.tokens.push(token.clone());
-        Json(json!({
-            "scope": "https://uri.paypal.com/services/applications/webhooks openid",
-            "access_token": token, "token_type": "Bearer", "app_id": "APP-80W284485P519543T",
-            "expires_in": 32400, "nonce": format!("2026-12-01T10:00:00Z{}", shared.issued),
-        }))
-        .into_response()
-    };
-    drop(shared);
-    record(&state, &uri, &headers, body, &response);
+    let response = fake.modify(|shared| {
+        if decoded.as_deref() != Some(shared.credentials.as_bytes()) {
+            oauth_error(401, "invalid_client", "Client Authentication failed")
+        } else if !form || grant.is_none() {
+            oauth_error(400, "unsupported_grant_type", "Grant Type is NULL")
+        } else if grant.is_some_and(|(_, grant)| grant != "client_credentials") {
+            oauth_error(400, "unsupported_grant_type", "unsupported grant_type")
+        } else {
+            shared.issued += 1;
+            let token = format!("A21AAFakeToken{:04}", shared.issued);
+            shared.tokens.push(token.clone());
+            Json(json!({
+                "scope": "https://uri.paypal.com/services/applications/webhooks openid",
+                "access_token": token, "token_type": "Bearer", "app_id": "APP-80W284485P519543T",
+                "expires_in": 32400, "nonce": format!("2026-12-01T10:00:00Z{}", shared.issued),
+            }))
+            .into_response()
+        }
+    });
+    record(&fake, &uri, &headers, body, &response);
     response
 }
 
 /// An OAuth error (the token endpoint's, or an expired token's).
 fn oauth_error(status: u16, error: &str, description: &str) -> Response {
     let body = json!({ "error": error, "error_description": description });
-    (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
+    respond((status, body))
 }
 
 /// The error shape of PayPal's REST APIs.
@@ -266,7 +216,7 @@ fn rest_error(status: u16, name: &str, message: &str, detail: Option<Value>) -> 
     if let Some(detail) = detail {
         body["details"] = json!([detail]);
     }
-    (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
+    respond((status, body))
 }
 
 fn injected(status: u16, retry_after: Option<u64>) -> Response {
@@ -281,8 +231,6 @@ fn injected(status: u16, retry_after: Option<u64>) -> Response {
         ),
         _ => ("INVALID_REQUEST", "An injected error."),
     };
-    let mut response = rest_error(status, name, message, None);
-    let retry_after = retry_after.map(|seconds| (header::RETRY_AFTER, seconds.into()));
-    response.headers_mut().extend(retry_after);
-    response
+    let response = rest_error(status, name, message, None);
+    with_retry_after(response, retry_after)
 }
