@@ -197,6 +197,13 @@ impl TestApp {
         answer
     }
 
+    /// Delivers each Stripe event in turn, expecting 200 with its outcome.
+    pub async fn deliver_each(&self, deliveries: &[(&str, &str)]) {
+        for (body, outcome) in deliveries {
+            self.deliver(body, outcome).await;
+        }
+    }
+
     /// `GET /metrics`, as text.
     pub async fn metrics(&self) -> String {
         let response = self

@@ -148,9 +148,11 @@ async fn a_refund_before_its_payment_waits_then_applies_once(pool: PgPool) {
     assert_eq!(app.balance("user_1", "USD").await, Some(3000));
 
     // The refund redelivered, and re-sent under a new event id: nothing more.
-    app.deliver(&refund, "duplicate").await;
-    app.deliver(&refund.replace("evt_refund", "evt_refund_again"), "ignored")
-        .await;
+    app.deliver_each(&[
+        (&refund, "duplicate"),
+        (&refund.replace("evt_refund", "evt_refund_again"), "ignored"),
+    ])
+    .await;
 
     let entries: Vec<(String, i64)> =
         sqlx::query_as("select kind, amount_minor from wallet_entries order by id")
@@ -200,15 +202,16 @@ async fn partial_refunds_debit_only_what_is_new_in_any_order(pool: PgPool) {
     assert_eq!(app.balance("user_1", "USD").await, Some(0));
 
     // Out of order on a second payment: the full refund first, then the older partial one.
-    app.deliver(
-        &payment_intent_succeeded("evt_pi2", "pi_2", "user_1", 1000),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_b1000", "charge.refunded", "ch_2", "pi_2", 1000, 1000),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_pi2", "pi_2", "user_1", 1000),
+            "processed",
+        ),
+        (
+            &charge("evt_b1000", "charge.refunded", "ch_2", "pi_2", 1000, 1000),
+            "processed",
+        ),
+    ])
     .await;
     app.deliver(
         &charge("evt_b300", "charge.refunded", "ch_2", "pi_2", 1000, 300),
@@ -238,20 +241,20 @@ async fn refunds_never_debit_more_than_was_credited(pool: PgPool) {
     )
     .await;
     // A second charge on the same intent refunding more than the credit.
-    app.deliver(
-        &charge("evt_r1", "charge.refunded", "ch_1", "pi_1", 500, 400),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_r2", "charge.refunded", "ch_2", "pi_1", 500, 500),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_r3", "charge.refunded", "ch_3", "pi_1", 500, 500),
-        "ignored",
-    )
+    app.deliver_each(&[
+        (
+            &charge("evt_r1", "charge.refunded", "ch_1", "pi_1", 500, 400),
+            "processed",
+        ),
+        (
+            &charge("evt_r2", "charge.refunded", "ch_2", "pi_1", 500, 500),
+            "processed",
+        ),
+        (
+            &charge("evt_r3", "charge.refunded", "ch_3", "pi_1", 500, 500),
+            "ignored",
+        ),
+    ])
     .await;
     assert_eq!(app.balance("user_1", "USD").await, Some(0));
     app.assert_consistent().await;
@@ -260,15 +263,16 @@ async fn refunds_never_debit_more_than_was_credited(pool: PgPool) {
 #[sqlx::test]
 async fn a_late_charge_succeeded_never_moves_a_refunded_payment_back(pool: PgPool) {
     let app = spawn_app(pool).await;
-    app.deliver(
-        &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 900),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 900, 900),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 900),
+            "processed",
+        ),
+        (
+            &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 900, 900),
+            "processed",
+        ),
+    ])
     .await;
     // The intent is credited already, so the charge is `ignored`; its row
     // keeps the refunded state.
@@ -387,27 +391,28 @@ async fn on_a_tie_a_canceled_subscription_is_not_revived(pool: PgPool) {
     )
     .await;
     // But the later arrival wins a tie between non-terminal states.
-    app.deliver(
-        &subscription(
-            "evt_a",
-            "customer.subscription.updated",
-            "sub_2",
-            "trialing",
-            t,
+    app.deliver_each(&[
+        (
+            &subscription(
+                "evt_a",
+                "customer.subscription.updated",
+                "sub_2",
+                "trialing",
+                t,
+            ),
+            "processed",
         ),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &subscription(
-            "evt_b",
-            "customer.subscription.updated",
-            "sub_2",
-            "active",
-            t,
+        (
+            &subscription(
+                "evt_b",
+                "customer.subscription.updated",
+                "sub_2",
+                "active",
+                t,
+            ),
+            "processed",
         ),
-        "processed",
-    )
+    ])
     .await;
 
     let statuses: Vec<(String, String)> = sqlx::query_as(
@@ -429,10 +434,11 @@ async fn on_a_tie_a_canceled_subscription_is_not_revived(pool: PgPool) {
 #[sqlx::test]
 async fn a_paid_invoice_is_announced_once(pool: PgPool) {
     let app = spawn_app(pool).await;
-    app.deliver(&invoice_paid("evt_inv", "in_1"), "processed")
-        .await;
-    app.deliver(&invoice_paid("evt_inv_again", "in_1"), "ignored")
-        .await;
+    app.deliver_each(&[
+        (&invoice_paid("evt_inv", "in_1"), "processed"),
+        (&invoice_paid("evt_inv_again", "in_1"), "ignored"),
+    ])
+    .await;
     let rows: Vec<(String, String, serde_json::Value)> =
         sqlx::query_as("select topic, event_id, payload from outbox")
             .fetch_all(&app.pool)
@@ -518,20 +524,20 @@ async fn money_events_that_can_never_apply_are_rejected_with_a_reason(pool: PgPo
 #[sqlx::test]
 async fn one_users_dollars_from_several_payments_share_one_wallet(pool: PgPool) {
     let app = spawn_app(pool).await;
-    app.deliver(
-        &payment_intent_succeeded("evt_1", "pi_1", "user_1", 100),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_2", "pi_2", "user_1", 250),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_3", "pi_3", "user_2", 75),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_1", "pi_1", "user_1", 100),
+            "processed",
+        ),
+        (
+            &payment_intent_succeeded("evt_2", "pi_2", "user_1", 250),
+            "processed",
+        ),
+        (
+            &payment_intent_succeeded("evt_3", "pi_3", "user_2", 75),
+            "processed",
+        ),
+    ])
     .await;
     assert_eq!(app.count("wallets").await, 2);
     assert_eq!(app.balance("user_1", "USD").await, Some(350));
@@ -542,15 +548,16 @@ async fn one_users_dollars_from_several_payments_share_one_wallet(pool: PgPool) 
 #[sqlx::test]
 async fn a_charge_before_its_intent_is_credited_is_processed(pool: PgPool) {
     let app = spawn_app(pool).await;
-    app.deliver(
-        &charge("evt_ch", "charge.succeeded", "ch_1", "pi_1", 700, 0),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 700),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &charge("evt_ch", "charge.succeeded", "ch_1", "pi_1", 700, 0),
+            "processed",
+        ),
+        (
+            &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 700),
+            "processed",
+        ),
+    ])
     .await;
     assert_eq!(app.balance("user_1", "USD").await, Some(700));
     let topics: Vec<String> = sqlx::query_scalar("select topic from outbox order by id")

@@ -81,8 +81,8 @@ async fn two_event_ids_with_identical_bodies_are_two_events(pool: PgPool) {
         t,
     );
     let second = first.replace("evt_same_a", "evt_same_b");
-    app.deliver(&first, "processed").await;
-    app.deliver(&second, "processed").await;
+    app.deliver_each(&[(&first, "processed"), (&second, "processed")])
+        .await;
     assert_eq!(app.count("processed_events").await, 2);
 
     // The same holds for money, where the natural key then decides: the second

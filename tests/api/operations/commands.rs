@@ -31,15 +31,16 @@ fn output(buffer: Vec<u8>) -> String {
 #[sqlx::test]
 async fn reconcile_passes_on_a_clean_ledger_and_fails_on_a_corrupted_balance(pool: PgPool) {
     let app = spawn_app(pool.clone()).await;
-    app.deliver(
-        &payment_intent_succeeded("evt_1", "pi_1", "user_1", 900),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_2", "charge.refunded", "ch_1", "pi_1", 900, 300),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_1", "pi_1", "user_1", 900),
+            "processed",
+        ),
+        (
+            &charge("evt_2", "charge.refunded", "ch_1", "pi_1", 900, 300),
+            "processed",
+        ),
+    ])
     .await;
 
     let mut out = Vec::new();
@@ -118,20 +119,21 @@ async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPo
         );
         app.deliver(&body, "processed").await;
     }
-    app.deliver(
-        &charge(
-            "evt_waiting",
-            "charge.refunded",
-            "ch_x",
-            "pi_never",
-            100,
-            100,
+    app.deliver_each(&[
+        (
+            &charge(
+                "evt_waiting",
+                "charge.refunded",
+                "ch_x",
+                "pi_never",
+                100,
+                100,
+            ),
+            "deferred",
         ),
-        "deferred",
-    )
+        (&invoice_paid("evt_invoice", "in_1"), "processed"),
+    ])
     .await;
-    app.deliver(&invoice_paid("evt_invoice", "in_1"), "processed")
-        .await;
     age(
         &pool,
         "update processed_events set received_at = now() - interval '40 days'",
@@ -228,15 +230,16 @@ async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPo
 #[sqlx::test]
 async fn replaying_an_applied_event_changes_nothing(pool: PgPool) {
     let app = spawn_app(pool.clone()).await;
-    app.deliver(
-        &payment_intent_succeeded("evt_1", "pi_1", "user_1", 700),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_2", "charge.refunded", "ch_1", "pi_1", 700, 200),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_1", "pi_1", "user_1", 700),
+            "processed",
+        ),
+        (
+            &charge("evt_2", "charge.refunded", "ch_1", "pi_1", 700, 200),
+            "processed",
+        ),
+    ])
     .await;
     let before = snapshot(&pool).await;
 
@@ -324,20 +327,20 @@ async fn snapshot(pool: &PgPool) -> (Vec<(String, i64)>, i64, i64, Vec<(String, 
 #[sqlx::test]
 async fn explain_tells_the_whole_story_of_a_payment(pool: PgPool) {
     let app = spawn_app(pool.clone()).await;
-    app.deliver(
-        &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 900, 400),
-        "deferred",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 900),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_charge", "charge.succeeded", "ch_1", "pi_1", 900, 0),
-        "ignored",
-    )
+    app.deliver_each(&[
+        (
+            &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 900, 400),
+            "deferred",
+        ),
+        (
+            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 900),
+            "processed",
+        ),
+        (
+            &charge("evt_charge", "charge.succeeded", "ch_1", "pi_1", 900, 0),
+            "ignored",
+        ),
+    ])
     .await;
     let drainer = Drainer::new(
         pool.clone(),
@@ -449,15 +452,16 @@ async fn healthcheck_succeeds_only_against_a_live_server(pool: PgPool) {
 async fn prune_keeps_an_old_event_whose_entry_is_young(pool: PgPool) {
     let app = spawn_app(pool.clone()).await;
     // A refund received 40 days ago but applied (its entry written) today.
-    app.deliver(
-        &charge("evt_late", "charge.refunded", "ch_1", "pi_1", 500, 500),
-        "deferred",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 500),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &charge("evt_late", "charge.refunded", "ch_1", "pi_1", 500, 500),
+            "deferred",
+        ),
+        (
+            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 500),
+            "processed",
+        ),
+    ])
     .await;
     age(
         &pool,

@@ -48,23 +48,24 @@ async fn metrics_count_every_outcome(pool: PgPool) {
     let app = spawn_app(pool).await;
     let t = now();
     let credit = payment_intent_succeeded("evt_1", "pi_1", "user_1", 100);
-    app.deliver(&credit, "processed").await;
-    app.deliver(&credit, "duplicate").await;
-    app.deliver(
-        &event_of_type("evt_2", "customer.created", serde_json::json!({})),
-        "ignored",
-    )
-    .await;
-    app.deliver(
-        &subscription(
-            "evt_3",
-            "customer.subscription.updated",
-            "sub_1",
-            "active",
-            t,
+    app.deliver_each(&[
+        (&credit, "processed"),
+        (&credit, "duplicate"),
+        (
+            &event_of_type("evt_2", "customer.created", serde_json::json!({})),
+            "ignored",
         ),
-        "processed",
-    )
+        (
+            &subscription(
+                "evt_3",
+                "customer.subscription.updated",
+                "sub_1",
+                "active",
+                t,
+            ),
+            "processed",
+        ),
+    ])
     .await;
     app.deliver(
         &subscription(
@@ -77,15 +78,16 @@ async fn metrics_count_every_outcome(pool: PgPool) {
         "superseded",
     )
     .await;
-    app.deliver(
-        &charge("evt_5", "charge.refunded", "ch_9", "pi_9", 100, 100),
-        "deferred",
-    )
-    .await;
-    app.deliver(
-        &event_of_type("evt_6", "payment_intent.succeeded", serde_json::json!({})),
-        "rejected",
-    )
+    app.deliver_each(&[
+        (
+            &charge("evt_5", "charge.refunded", "ch_9", "pi_9", 100, 100),
+            "deferred",
+        ),
+        (
+            &event_of_type("evt_6", "payment_intent.succeeded", serde_json::json!({})),
+            "rejected",
+        ),
+    ])
     .await;
     let forged = app
         .post_stripe_with(credit.clone().into_bytes(), Some("t=1,v1=00"))
