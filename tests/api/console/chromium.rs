@@ -134,44 +134,42 @@ fn form_encoded(value: &str) -> String {
 /// Real deliveries: two credits and a refund for [`USER`], a credit for
 /// [`SCRIPT_USER`], a refund that waits for a credit that never came.
 async fn deliver_the_story(app: &TestApp) {
-    app.deliver(
-        &payment_intent_succeeded("evt_b_credit_1", "pi_b_1", USER, 2500),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_b_credit_2", "pi_b_2", USER, 1200),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge(
-            "evt_b_refund",
-            "charge.refunded",
-            "ch_b_1",
-            "pi_b_1",
-            2500,
-            500,
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_b_credit_1", "pi_b_1", USER, 2500),
+            "processed",
         ),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_b_markup", "pi_b_markup", SCRIPT_USER, 700),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge(
-            "evt_b_waiting",
-            "charge.refunded",
-            "ch_b_9",
-            "pi_b_never",
-            900,
-            900,
+        (
+            &payment_intent_succeeded("evt_b_credit_2", "pi_b_2", USER, 1200),
+            "processed",
         ),
-        "deferred",
-    )
+        (
+            &charge(
+                "evt_b_refund",
+                "charge.refunded",
+                "ch_b_1",
+                "pi_b_1",
+                2500,
+                500,
+            ),
+            "processed",
+        ),
+        (
+            &payment_intent_succeeded("evt_b_markup", "pi_b_markup", SCRIPT_USER, 700),
+            "processed",
+        ),
+        (
+            &charge(
+                "evt_b_waiting",
+                "charge.refunded",
+                "ch_b_9",
+                "pi_b_never",
+                900,
+                900,
+            ),
+            "deferred",
+        ),
+    ])
     .await;
 }
 

@@ -125,7 +125,7 @@ async fn a_row_over_the_sinks_limit_is_dead_lettered_with_the_reason_and_never_s
             ),
         "{reason}"
     );
-    let mut sent: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    let mut sent = sink.webhook_ids();
     sent.sort();
     let mut expected = vec![small.to_string(), behind.to_string()];
     expected.sort();
@@ -174,7 +174,7 @@ async fn a_row_whose_delivery_kills_the_drainer_is_dead_after_its_attempts_and_r
         reason.starts_with("gave up after 3 attempts: the last one never reported back"),
         "{reason}"
     );
-    let received: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    let received = sink.webhook_ids();
     let attempts = received
         .iter()
         .filter(|id| **id == crashing.to_string())

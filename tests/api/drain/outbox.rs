@@ -139,7 +139,7 @@ async fn a_failing_sink_is_retried_with_backoff_until_it_answers(pool: PgPool) {
     let delivered = row(&pool, id, t0).await;
     assert!(delivered.delivered);
     assert_eq!(delivered.attempts, 3);
-    let ids: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    let ids = sink.webhook_ids();
     assert_eq!(
         ids,
         vec![id.to_string(); 3],
@@ -337,7 +337,7 @@ async fn a_drainer_killed_mid_delivery_is_taken_over_after_its_lease_expires(poo
     gate.add_permits(2);
     assert_eq!(second.drain_once().await.unwrap().delivered, 1);
 
-    let ids: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    let ids = sink.webhook_ids();
     assert_eq!(
         ids,
         vec![id.to_string(); 2],
@@ -442,7 +442,7 @@ async fn a_row_whose_lease_would_run_out_is_given_back_not_delivered_late(pool: 
         1,
         "due again at once"
     );
-    let received: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    let received = sink.webhook_ids();
     assert_eq!(
         received,
         [ids[0].to_string(), ids[1].to_string()],
@@ -482,7 +482,7 @@ async fn a_delivery_outliving_the_shutdown_grace_is_redelivered_after_its_lease(
             .delivered,
         1
     );
-    let ids: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    let ids = sink.webhook_ids();
     assert_eq!(
         ids,
         vec![id.to_string(); 2],

@@ -44,7 +44,7 @@ async fn a_slow_row_holds_one_slot_while_the_rows_behind_it_are_delivered(pool: 
     until_delivered(&pool, 31).await;
     shutdown.cancel();
     run.await.unwrap();
-    let received: Vec<String> = sink.received().into_iter().map(|r| r.webhook_id).collect();
+    let received = sink.webhook_ids();
     assert_eq!(received.len(), 31, "each row once");
 }
 

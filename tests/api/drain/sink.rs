@@ -82,6 +82,11 @@ impl TestSink {
         self.state.received.lock().unwrap().clone()
     }
 
+    /// The `webhook-id` of each request received, in order.
+    pub fn webhook_ids(&self) -> Vec<String> {
+        self.received().into_iter().map(|r| r.webhook_id).collect()
+    }
+
     /// Holds every request until the returned semaphore gets permits.
     pub fn hold(&self) -> Arc<Semaphore> {
         let gate = Arc::new(Semaphore::new(0));

@@ -175,20 +175,7 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
     assert_eq!(ready.status(), StatusCode::OK);
     assert!(ready.headers().contains_key("x-request-id"));
 
-    let state = |pool: PgPool| AppState {
-        ingestor: Ingestor::start(
-            pool.clone(),
-            startup::batch_settings(&ServeSettings::default()),
-            Wake::Notify,
-            &TaskTracker::new(),
-        ),
-        pool,
-        providers: Providers::default(),
-        clock: Clock::System,
-        shutdown: CancellationToken::new(),
-        metrics: Default::default(),
-    };
-    let stopping = state(app.pool.clone());
+    let stopping = bare_state(app.pool.clone());
     stopping.shutdown.cancel();
     let (status, Json(body)) = health::readyz(State(stopping)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -196,9 +183,10 @@ async fn readiness_needs_migrations_and_turns_503_on_shutdown(pool: PgPool) {
     app.assert_consistent().await;
 }
 
-#[sqlx::test(migrations = false)]
-async fn readiness_is_503_before_migrations(pool: PgPool) {
-    let state = AppState {
+/// The state of an app on `pool` with no provider, the defaults, and the
+/// system clock.
+fn bare_state(pool: PgPool) -> AppState {
+    AppState {
         ingestor: Ingestor::start(
             pool.clone(),
             startup::batch_settings(&ServeSettings::default()),
@@ -210,8 +198,12 @@ async fn readiness_is_503_before_migrations(pool: PgPool) {
         clock: Clock::System,
         shutdown: CancellationToken::new(),
         metrics: Default::default(),
-    };
-    let (status, Json(body)) = health::readyz(State(state)).await;
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn readiness_is_503_before_migrations(pool: PgPool) {
+    let (status, Json(body)) = health::readyz(State(bare_state(pool))).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["reason"], "migrations not applied");
 }

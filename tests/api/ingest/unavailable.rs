@@ -46,8 +46,8 @@ async fn an_event_meeting_sqlstate_55000_is_answered_503_with_retry_after_and_ap
         .execute(&pool)
         .await
         .unwrap();
-    app.deliver(&credit, "processed").await;
-    app.deliver(&sub, "processed").await;
+    app.deliver_each(&[(&credit, "processed"), (&sub, "processed")])
+        .await;
     assert_eq!(app.balance("user_1", "USD").await, Some(700));
     app.assert_consistent().await;
 }

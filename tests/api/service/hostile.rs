@@ -288,18 +288,7 @@ async fn the_connection_cap_closes_the_excess_at_once_and_recovers_when_connecti
 
     // Their slots free up once the server sees them closed: retry until then.
     drop(silent);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let mut stream = connect(&app).await;
-        let _ = stream.write_all(&signed_delivery(&body, 0)).await;
-        let status = status_line(&mut stream).await;
-        if status == "HTTP/1.1 200 OK" {
-            break;
-        }
-        assert!(status.is_empty(), "{status}");
-        assert!(Instant::now() < deadline, "no slot came free");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_a_slot_delivers(&app, &body, "no slot came free").await;
     assert_eq!(app.balance("user_1", "USD").await, Some(300));
 }
 
@@ -328,21 +317,25 @@ async fn a_client_that_never_reads_its_responses_loses_its_connection_to_the_wri
     });
 
     let body = payment_intent_succeeded("evt_after_stall", "pi_after_stall", "user_1", 400);
+    until_a_slot_delivers(&app, &body, "the stalled client kept its slot").await;
+    assert_eq!(app.balance("user_1", "USD").await, Some(400));
+    drop(writer);
+}
+
+/// Delivers `body` on a new connection, again every 50 ms while the server
+/// closes them unanswered (no slot is free), until it is answered 200;
+/// fails with `stuck` after PATIENCE.
+async fn until_a_slot_delivers(app: &TestApp, body: &str, stuck: &str) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let mut stream = connect(&app).await;
-        let _ = stream.write_all(&signed_delivery(&body, 0)).await;
+        let mut stream = connect(app).await;
+        let _ = stream.write_all(&signed_delivery(body, 0)).await;
         let status = status_line(&mut stream).await;
         if status == "HTTP/1.1 200 OK" {
             break;
         }
         assert!(status.is_empty(), "{status}");
-        assert!(
-            Instant::now() < deadline,
-            "the stalled client kept its slot"
-        );
+        assert!(Instant::now() < deadline, "{stuck}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(app.balance("user_1", "USD").await, Some(400));
-    drop(writer);
 }

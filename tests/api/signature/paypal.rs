@@ -99,6 +99,14 @@ impl Signed {
     }
 }
 
+/// POSTs `body` to /webhooks/paypal with the headers of
+/// [`Signed::default()`].
+pub async fn post_signed(app: &TestApp, body: &str) -> reqwest::Response {
+    let headers = Signed::default().headers(body);
+    app.post_to("paypal", body.as_bytes().to_vec(), &headers)
+        .await
+}
+
 /// A certificate directory holding `pinned` (fixture names) under ids.
 pub fn cert_dir(pinned: &[(&str, &str)]) -> PathBuf {
     let dir = temp_dir("paypal-certs");
@@ -641,13 +649,7 @@ async fn paypal_is_not_found_without_a_webhook_id(pool: PgPool) {
     })
     .await;
     let body = capture_completed("WH-UNMOUNTED", "4GG279541U471931P", "user_pp", "1.00");
-    let answer = app
-        .post_to(
-            "paypal",
-            body.clone().into_bytes(),
-            &Signed::default().headers(&body),
-        )
-        .await;
+    let answer = post_signed(&app, &body).await;
     assert_eq!(answer.status(), StatusCode::NOT_FOUND);
     assert!(recorded(&app.pool).await.is_empty());
 }
@@ -742,13 +744,7 @@ async fn ambiguous_headers_other_time_forms_other_environments_and_bad_pins_are_
     }
     assert!(recorded(&app.pool).await.is_empty());
     // The same delivery, well-formed, is accepted.
-    let answer = app
-        .post_to(
-            "paypal",
-            body.clone().into_bytes(),
-            &Signed::default().headers(&body),
-        )
-        .await;
+    let answer = post_signed(&app, &body).await;
     assert_eq!(answer.status(), StatusCode::OK);
 }
 
@@ -838,13 +834,7 @@ async fn a_replay_keeps_the_transmission_time_of_an_event_without_one(pool: PgPo
         }
     })
     .to_string();
-    let answer = app
-        .post_to(
-            "paypal",
-            body.clone().into_bytes(),
-            &Signed::default().headers(&body),
-        )
-        .await;
+    let answer = post_signed(&app, &body).await;
     assert_eq!(answer.status(), StatusCode::OK);
     assert_eq!(recorded(&pool).await[0].1, "processed");
     let replay = webhookd::cli::events::EventsCommand::Replay {

@@ -12,7 +12,7 @@ use webhookd::config::RazorpayApiArgs;
 
 use crate::fakes::razorpay::{FakeRazorpay, payment, refund};
 use crate::helpers::{RAZORPAY_SECRETS, TestApp, now, payment_intent_succeeded, spawn_app};
-use crate::signature::paypal::{Signed, capture_completed, cert_dir, paypal_app};
+use crate::signature::paypal::{capture_completed, cert_dir, paypal_app, post_signed};
 
 const KEY_ID: &str = "rzp_test_preempt";
 const KEY_SECRET: &str = "preempt_secret";
@@ -94,13 +94,7 @@ async fn a_paypal_event_whose_id_is_in_webhookd_s_namespace_is_refused(pool: PgP
     let dir = cert_dir(&[(crate::signature::paypal::LIVE_ID, "live.pem")]);
     let app = paypal_app(pool, &dir).await;
     let body = capture_completed("WH-1:forged", "2GG279541U471931P", "user_pp", "30.00");
-    let answer = app
-        .post_to(
-            "paypal",
-            body.clone().into_bytes(),
-            &Signed::default().headers(&body),
-        )
-        .await;
+    let answer = post_signed(&app, &body).await;
     assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
     app.assert_nothing_written().await;
 }
