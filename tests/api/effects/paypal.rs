@@ -24,6 +24,7 @@ pub(super) fn books(pool: PgPool) -> TestApp {
         pool,
         client: reqwest::Client::new(),
         shutdown: CancellationToken::new(),
+        router: None,
     }
 }
 

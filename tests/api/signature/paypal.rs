@@ -10,11 +10,12 @@ use http::HeaderMap;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
+use webhookd::config::ServeSettings;
 use webhookd::providers::paypal::certs::{CertSettings, Env};
 use webhookd::providers::paypal::{PaypalSettings, PaypalVerifier, signed_message};
 use webhookd::providers::{SignatureError, Verify};
 
-use crate::helpers::{TestApp, spawn_app_with};
+use crate::helpers::{TestApp, route_app_with, spawn_app_with};
 use crate::signature::paypal_certs::{Answer, FakeCerts, NOW, fixture, rfc3339, sign, temp_dir};
 
 const WEBHOOK_ID: &str = "8PT597110X687430LKGECATA";
@@ -119,12 +120,21 @@ pub fn cert_dir(pinned: &[(&str, &str)]) -> PathBuf {
 /// The app with PayPal mounted for two webhook ids, its certificates in
 /// `dir`, and the tests' clock.
 pub async fn paypal_app(pool: PgPool, dir: &Path) -> TestApp {
+    spawn_app_with(pool, Clock::Fixed(NOW), mounted(dir)).await
+}
+
+/// [`paypal_app`], called through its router without a socket.
+async fn routed_paypal_app(pool: PgPool, dir: &Path) -> TestApp {
+    route_app_with(pool, Clock::Fixed(NOW), mounted(dir)).await
+}
+
+/// PayPal mounted for two webhook ids, its certificates in `dir`.
+fn mounted(dir: &Path) -> impl FnOnce(&mut ServeSettings) + use<> {
     let dir = dir.to_owned();
-    spawn_app_with(pool, Clock::Fixed(NOW), move |settings| {
+    move |settings| {
         settings.paypal.paypal_webhook_id = format!("{WEBHOOK_ID}, {OTHER_WEBHOOK_ID}");
         settings.paypal.paypal_cert_dir = Some(dir);
-    })
-    .await
+    }
 }
 
 async fn recorded(pool: &PgPool) -> Vec<(String, String, String)> {
@@ -183,7 +193,8 @@ async fn a_signed_delivery_is_recorded_once_however_many_copies_arrive(pool: PgP
     app.assert_consistent().await;
 }
 
-/// Each forgery of the issue's list, over HTTP: 400, nothing written.
+/// Each forgery of the issue's list, through the router: 400, nothing
+/// written.
 #[sqlx::test]
 async fn every_forgery_is_refused_and_writes_nothing(pool: PgPool) {
     let dir = cert_dir(&[
@@ -192,7 +203,7 @@ async fn every_forgery_is_refused_and_writes_nothing(pool: PgPool) {
         ("CERT-misnamed", "misnamed.pem"),
         ("CERT-sandbox-named", "sandbox.pem"),
     ]);
-    let app = paypal_app(pool, &dir).await;
+    let app = routed_paypal_app(pool, &dir).await;
     let body = capture_completed("WH-FORGED", "9GG279541U471931P", "user_pp", "30.00");
     let good = Signed::default();
     let with = |change: &dyn Fn(&mut Signed)| {
@@ -279,15 +290,8 @@ async fn every_forgery_is_refused_and_writes_nothing(pool: PgPool) {
     }
     assert!(recorded(&app.pool).await.is_empty());
     // Counted apart: untrusted certificates, bad signatures, stale times.
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.address))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let request = app.client.get(format!("{}/metrics", app.address));
+    let metrics = app.send(request).await.text().await.unwrap();
     for outcome in ["invalid_certificate", "invalid_signature", "stale"] {
         let series = format!(r#"provider="paypal",outcome="{outcome}""#);
         assert!(metrics.contains(&series), "{series} in\n{metrics}");
@@ -549,7 +553,7 @@ async fn paypal_simulator_deliveries_verify_at_their_time(pool: PgPool) {
     ];
     // All five were sent within two minutes: one clock for them all.
     let (_, _, at) = simulated("capture-declined");
-    let app = spawn_app_with(pool, Clock::Fixed(at), {
+    let app = route_app_with(pool, Clock::Fixed(at), {
         let dir = dir.clone();
         move |settings| {
             settings.paypal.paypal_webhook_id = "WEBHOOK_ID".into();
@@ -590,7 +594,7 @@ async fn simulator_subscriptions_with_impossible_dates_are_recorded(pool: PgPool
             "{name} has the impossible date"
         );
         let dir = dir.clone();
-        let app = spawn_app_with(pool.clone(), Clock::Fixed(at), move |settings| {
+        let app = route_app_with(pool.clone(), Clock::Fixed(at), move |settings| {
             settings.paypal.paypal_webhook_id = "WEBHOOK_ID".into();
             settings.paypal.paypal_cert_dir = Some(dir);
         })
@@ -644,7 +648,7 @@ async fn paypal_s_real_certificate_fetched_chains_through_the_shipped_issuers() 
 #[sqlx::test]
 async fn paypal_is_not_found_without_a_webhook_id(pool: PgPool) {
     let dir = cert_dir(&[(LIVE_ID, "live.pem")]);
-    let app = spawn_app_with(pool, Clock::Fixed(NOW), move |settings| {
+    let app = route_app_with(pool, Clock::Fixed(NOW), move |settings| {
         settings.paypal.paypal_cert_dir = Some(dir);
     })
     .await;
@@ -702,7 +706,7 @@ async fn ambiguous_headers_other_time_forms_other_environments_and_bad_pins_are_
     std::fs::write(dir.join("CERT-garbage.pem"), "not a certificate").unwrap();
     std::fs::write(dir.join("CERT-empty.pem"), "").unwrap();
     let live_only = dir.clone();
-    let app = spawn_app_with(pool, Clock::Fixed(NOW), move |settings| {
+    let app = route_app_with(pool, Clock::Fixed(NOW), move |settings| {
         settings.paypal.paypal_webhook_id = WEBHOOK_ID.into();
         settings.paypal.paypal_cert_dir = Some(live_only);
         settings.paypal.paypal_env = webhookd::config::PaypalEnv::Live;

@@ -1,6 +1,7 @@
-//! Every non-Stripe signature scheme over real HTTP: valid, duplicate, 20
-//! concurrent copies, and every kind of forgery refused with nothing written.
-//! Plus known-answer vectors computed outside this code base.
+//! Every non-Stripe signature scheme: valid, duplicate, and every kind of
+//! forgery refused with nothing written, through the app's router (no
+//! socket); 20 concurrent copies over real HTTP. Plus known-answer vectors
+//! computed outside this code base.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -21,8 +22,8 @@ use webhookd::providers::{SignatureError, Verify};
 use webhookd::secrets::Secrets;
 
 use crate::helpers::{
-    GITHUB_SECRETS, RAZORPAY_SECRETS, SHOPIFY_SECRETS, STANDARD_SECRETS, TestApp, now, spawn_app,
-    spawn_app_with,
+    GITHUB_SECRETS, RAZORPAY_SECRETS, SHOPIFY_SECRETS, STANDARD_SECRETS, TestApp, now, route_app,
+    route_app_with, spawn_app,
 };
 
 type Headers = Vec<(String, String)>;
@@ -212,7 +213,7 @@ async fn outcome(response: reqwest::Response) -> String {
 
 #[sqlx::test]
 async fn every_scheme_applies_a_valid_delivery_once(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     for scheme in SCHEMES {
         let id = format!("{}_valid_1", scheme.name);
         assert_eq!(
@@ -279,7 +280,7 @@ async fn twenty_concurrent_copies_apply_once_for_every_scheme(pool: PgPool) {
 
 #[sqlx::test]
 async fn the_previous_secret_still_verifies_for_every_scheme(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     for scheme in SCHEMES {
         let id = format!("{}_rotated", scheme.name);
         let body = (scheme.body)(&id);
@@ -292,7 +293,7 @@ async fn the_previous_secret_still_verifies_for_every_scheme(pool: PgPool) {
 
 #[sqlx::test]
 async fn forgeries_of_every_kind_are_refused_for_every_scheme(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     for scheme in SCHEMES {
         let id = format!("{}_forged", scheme.name);
         let body = (scheme.body)(&id);
@@ -387,7 +388,7 @@ fn signature_header(scheme: &str) -> &'static str {
 #[sqlx::test]
 async fn standard_webhooks_timestamps_outside_the_tolerance_are_refused(pool: PgPool) {
     let t0 = 1_800_000_000;
-    let app = spawn_app_with(pool, Clock::Fixed(t0), |_| {}).await;
+    let app = route_app_with(pool, Clock::Fixed(t0), |_| {}).await;
     let body = (SCHEMES[1].body)("msg_t");
     let key = standard::decode_secret(STANDARD_SECRETS.0).unwrap();
     for t in [t0 - 301, t0 + 301] {
@@ -436,7 +437,7 @@ async fn standard_webhooks_timestamps_outside_the_tolerance_are_refused(pool: Pg
 
 #[sqlx::test]
 async fn sources_without_a_secret_are_not_mounted(pool: PgPool) {
-    let app = spawn_app_with(pool, Clock::System, |s| {
+    let app = route_app_with(pool, Clock::System, |s| {
         s.sources.clear();
         s.razorpay_webhook_secret = Secrets::default();
     })

@@ -1,4 +1,5 @@
-//! Stripe-Signature verification over real HTTP: every refusal is a 400 with
+//! Stripe-Signature verification through the app's router (no socket: what
+//! a request is answered, and what it writes): every refusal is a 400 with
 //! nothing written; any configured secret and any `v1` may match.
 
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use webhookd::providers::{Scope, SignatureError, Verify};
 use webhookd::secrets::Secrets;
 
 use crate::helpers::{
-    OLD_SECRET, SECRET, now, payment_intent_succeeded, spawn_app, spawn_app_with,
+    OLD_SECRET, SECRET, now, payment_intent_succeeded, route_app, route_app_with,
 };
 
 fn v1(secret: &str, t: i64, body: &str) -> String {
@@ -27,7 +28,7 @@ fn v1(secret: &str, t: i64, body: &str) -> String {
 
 #[sqlx::test]
 async fn a_validly_signed_event_is_processed(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let body = payment_intent_succeeded("evt_valid", "pi_valid", "user_1", 1000);
     let answer = app.deliver(&body, "processed").await;
     assert_eq!(answer["event_id"], "evt_valid");
@@ -38,7 +39,7 @@ async fn a_validly_signed_event_is_processed(pool: PgPool) {
 
 #[sqlx::test]
 async fn any_v1_in_the_header_may_match(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let t = now();
     let bogus = "0".repeat(64);
     for (n, order) in ["good_first", "good_second"].into_iter().enumerate() {
@@ -58,7 +59,7 @@ async fn any_v1_in_the_header_may_match(pool: PgPool) {
 
 #[sqlx::test]
 async fn the_previous_secret_still_verifies_during_a_rotation(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let body = payment_intent_succeeded("evt_rotated", "pi_rotated", "user_1", 100);
     let header = signature_header(OLD_SECRET, now(), body.as_bytes());
     let response = app.post_stripe_with(body.into_bytes(), Some(&header)).await;
@@ -69,7 +70,7 @@ async fn the_previous_secret_still_verifies_during_a_rotation(pool: PgPool) {
 
 #[sqlx::test]
 async fn forged_deliveries_are_refused_and_write_nothing(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let t = now();
     let body = payment_intent_succeeded("evt_forged", "pi_forged", "user_1", 1000);
     let good = v1(SECRET, t, &body);
@@ -182,22 +183,20 @@ fn hmac_hex(secret: &str, data: &[u8]) -> String {
 
 #[sqlx::test]
 async fn a_header_with_invalid_bytes_is_refused(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let body = payment_intent_succeeded("evt_bytes", "pi_bytes", "user_1", 100);
     // A valid, fresh signature; the stray bytes sit in an item that would be ignored.
     let mut header = signature_header(SECRET, now(), body.as_bytes()).into_bytes();
     header.extend_from_slice(b",x=\xff\xfe");
-    let response = app
+    let request = app
         .client
         .post(format!("{}/webhooks/stripe", app.address))
         .header(
             "stripe-signature",
             reqwest::header::HeaderValue::from_bytes(&header).unwrap(),
         )
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+        .body(body);
+    let response = app.send(request).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let answer: serde_json::Value = response.json().await.unwrap();
     assert_eq!(
@@ -211,7 +210,7 @@ async fn a_header_with_invalid_bytes_is_refused(pool: PgPool) {
 #[sqlx::test]
 async fn timestamps_outside_the_tolerance_are_refused_in_both_directions(pool: PgPool) {
     let t0 = 1_800_000_000;
-    let app = spawn_app_with(pool, Clock::Fixed(t0), |s| s.tolerance_secs = 300).await;
+    let app = route_app_with(pool, Clock::Fixed(t0), |s| s.tolerance_secs = 300).await;
     for (case, t) in [("stale", t0 - 301), ("future", t0 + 301)] {
         let body = payment_intent_succeeded(&format!("evt_{case}"), "pi_t", "user_1", 100);
         let header = signature_header(SECRET, t, body.as_bytes());
@@ -236,7 +235,7 @@ async fn timestamps_outside_the_tolerance_are_refused_in_both_directions(pool: P
 
 #[sqlx::test]
 async fn a_signed_body_that_is_not_an_event_is_refused(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let long_id = format!(r#"{{"id":"{}","type":"x","created":1}}"#, "e".repeat(300));
     for body in [
         "not json",
@@ -259,17 +258,15 @@ async fn a_signed_body_that_is_not_an_event_is_refused(pool: PgPool) {
 
 #[sqlx::test]
 async fn an_unknown_or_unconfigured_provider_is_not_found(pool: PgPool) {
-    let app = spawn_app(pool.clone()).await;
-    let response = app
+    let app = route_app(pool.clone()).await;
+    let request = app
         .client
         .post(format!("{}/webhooks/paypal", app.address))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+        .body("{}");
+    let response = app.send(request).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 
-    let unconfigured = spawn_app_with(pool, Clock::System, |s| {
+    let unconfigured = route_app_with(pool, Clock::System, |s| {
         s.stripe_webhook_secret = Secrets::default()
     })
     .await;
@@ -282,7 +279,7 @@ async fn an_unknown_or_unconfigured_provider_is_not_found(pool: PgPool) {
 
 #[sqlx::test]
 async fn a_body_over_the_limit_is_refused_with_413(pool: PgPool) {
-    let app = spawn_app_with(pool, Clock::System, |s| s.max_body_bytes = 4096).await;
+    let app = route_app_with(pool, Clock::System, |s| s.max_body_bytes = 4096).await;
     let padding = "x".repeat(5000);
     let body = payment_intent_succeeded("evt_big", "pi_big", "user_1", 100).replace(
         "\"livemode\"",
