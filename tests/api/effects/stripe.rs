@@ -1,15 +1,16 @@
-//! Stripe's effects, asserted in the tables.
+//! Stripe's effects, asserted in the tables; deliveries go through the
+//! app's router, without a socket.
 
 use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    charge, event_of_type, invoice_paid, now, payment_intent_succeeded, spawn_app, subscription,
+    charge, event_of_type, invoice_paid, now, payment_intent_succeeded, route_app, subscription,
 };
 
 #[sqlx::test]
 async fn a_succeeded_payment_intent_credits_the_owners_wallet_once(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 1999),
         "processed",
@@ -59,7 +60,7 @@ async fn a_succeeded_payment_intent_credits_the_owners_wallet_once(pool: PgPool)
 
 #[sqlx::test]
 async fn amount_received_is_credited_rather_than_amount(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let body = payment_intent_succeeded("evt_partial", "pi_partial", "user_1", 1000)
         .replace(r#""amount_received":1000"#, r#""amount_received":800"#);
     app.deliver(&body, "processed").await;
@@ -71,7 +72,7 @@ async fn amount_received_is_credited_rather_than_amount(pool: PgPool) {
 async fn a_charge_for_an_already_credited_intent_records_the_payment_but_credits_nothing(
     pool: PgPool,
 ) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 5000),
         "processed",
@@ -127,7 +128,7 @@ async fn a_charge_for_an_already_credited_intent_records_the_payment_but_credits
 
 #[sqlx::test]
 async fn a_refund_before_its_payment_waits_then_applies_once(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let refund = charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 5000, 2000);
 
     app.deliver(&refund, "deferred").await;
@@ -180,7 +181,7 @@ async fn a_refund_before_its_payment_waits_then_applies_once(pool: PgPool) {
 
 #[sqlx::test]
 async fn partial_refunds_debit_only_what_is_new_in_any_order(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 1000),
         "processed",
@@ -234,7 +235,7 @@ async fn partial_refunds_debit_only_what_is_new_in_any_order(pool: PgPool) {
 
 #[sqlx::test]
 async fn refunds_never_debit_more_than_was_credited(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 500),
         "processed",
@@ -262,7 +263,7 @@ async fn refunds_never_debit_more_than_was_credited(pool: PgPool) {
 
 #[sqlx::test]
 async fn a_late_charge_succeeded_never_moves_a_refunded_payment_back(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver_each(&[
         (
             &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 900),
@@ -294,7 +295,7 @@ async fn a_late_charge_succeeded_never_moves_a_refunded_payment_back(pool: PgPoo
 
 #[sqlx::test]
 async fn subscription_state_never_moves_backwards(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let t = now();
     // `updated` (newer) arrives before `created` (older).
     app.deliver(
@@ -366,7 +367,7 @@ async fn subscription_state_never_moves_backwards(pool: PgPool) {
 
 #[sqlx::test]
 async fn on_a_tie_a_canceled_subscription_is_not_revived(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let t = now();
     app.deliver(
         &subscription(
@@ -433,7 +434,7 @@ async fn on_a_tie_a_canceled_subscription_is_not_revived(pool: PgPool) {
 
 #[sqlx::test]
 async fn a_paid_invoice_is_announced_once(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver_each(&[
         (&invoice_paid("evt_inv", "in_1"), "processed"),
         (&invoice_paid("evt_inv_again", "in_1"), "ignored"),
@@ -458,7 +459,7 @@ async fn a_paid_invoice_is_announced_once(pool: PgPool) {
 
 #[sqlx::test]
 async fn unknown_event_types_are_recorded_as_ignored(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &event_of_type("evt_cust", "customer.created", json!({"id": "cus_1"})),
         "ignored",
@@ -473,7 +474,7 @@ async fn unknown_event_types_are_recorded_as_ignored(pool: PgPool) {
 
 #[sqlx::test]
 async fn money_events_that_can_never_apply_are_rejected_with_a_reason(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let cases = [
         (
             "evt_no_owner",
@@ -523,7 +524,7 @@ async fn money_events_that_can_never_apply_are_rejected_with_a_reason(pool: PgPo
 
 #[sqlx::test]
 async fn one_users_dollars_from_several_payments_share_one_wallet(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver_each(&[
         (
             &payment_intent_succeeded("evt_1", "pi_1", "user_1", 100),
@@ -547,7 +548,7 @@ async fn one_users_dollars_from_several_payments_share_one_wallet(pool: PgPool) 
 
 #[sqlx::test]
 async fn a_charge_before_its_intent_is_credited_is_processed(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver_each(&[
         (
             &charge("evt_ch", "charge.succeeded", "ch_1", "pi_1", 700, 0),

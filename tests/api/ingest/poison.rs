@@ -1,7 +1,8 @@
 //! Verified deliveries that would fail the same way on every retry (poison
 //! messages) and money that does not add up: each is answered 200 with an
 //! outcome the provider will not retry, its retry is a `duplicate`, and
-//! nothing but the event's own row is written.
+//! nothing but the event's own row is written. Called through the app's
+//! router, without a socket.
 
 use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
@@ -11,7 +12,7 @@ use sqlx::PgPool;
 
 use crate::helpers::{
     GITHUB_SECRETS, RAZORPAY_SECRETS, TestApp, charge, event_of_type, now,
-    payment_intent_succeeded, spawn_app,
+    payment_intent_succeeded, route_app,
 };
 
 /// A number serde_json reads (as 0) that Postgres `numeric` cannot hold,
@@ -145,7 +146,7 @@ impl TestApp {
 
 #[sqlx::test]
 async fn numbers_jsonb_cannot_hold_are_stored_normalised_and_the_event_applies(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
 
     let credit = with_junk(&payment_intent_succeeded(
         "evt_junk", "pi_junk", "user_j", 700,
@@ -195,7 +196,7 @@ async fn numbers_jsonb_cannot_hold_are_stored_normalised_and_the_event_applies(p
 
 #[sqlx::test]
 async fn object_ids_over_the_limit_are_rejected_for_every_provider(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let long = |prefix| long_id(prefix);
     let stripe = [
         payment_intent_succeeded("evt_l1", &long("pi_"), "user_1", 100),
@@ -236,7 +237,7 @@ async fn object_ids_over_the_limit_are_rejected_for_every_provider(pool: PgPool)
 
 #[sqlx::test]
 async fn ids_with_control_characters_are_rejected_never_rewritten(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     // `pi_x\u0000` would have been stored as `pi_x\u{FFFD}`: a collision.
     for (n, id) in ["pi_x\u{0}", "pi_x\u{FFFD}", "pi_\u{7}x", "pi x"]
         .into_iter()
@@ -268,7 +269,7 @@ async fn ids_with_control_characters_are_rejected_never_rewritten(pool: PgPool) 
 async fn a_credit_that_would_overflow_the_balance_is_rejected_and_its_retry_is_a_duplicate(
     pool: PgPool,
 ) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     let full = payment_intent_succeeded("evt_full", "pi_full", "user_full", i64::MAX);
     assert_eq!(app.stripe_twice(&full).await, "processed");
     let over = payment_intent_succeeded("evt_over", "pi_over", "user_full", 1);
@@ -314,7 +315,7 @@ async fn a_credit_that_would_overflow_the_balance_is_rejected_and_its_retry_is_a
 
 #[sqlx::test]
 async fn a_refund_in_another_currency_than_its_credit_is_rejected(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 1000),
         "processed",
@@ -373,7 +374,7 @@ async fn a_refund_in_another_currency_than_its_credit_is_rejected(pool: PgPool) 
 
 #[sqlx::test]
 async fn currencies_outside_iso_4217_are_rejected(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     for (n, currency) in ["zzz", "xau", "xxx", "us"].into_iter().enumerate() {
         let event_id = format!("evt_cur{n}");
         let mut object = json!({
@@ -398,7 +399,7 @@ async fn currencies_outside_iso_4217_are_rejected(pool: PgPool) {
 
 #[sqlx::test]
 async fn refunds_of_one_charge_never_match_another_charge_by_prefix(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 5000),
         "processed",
@@ -435,7 +436,7 @@ async fn refunds_of_one_charge_never_match_another_charge_by_prefix(pool: PgPool
 
 #[sqlx::test]
 async fn refunded_amounts_never_exceed_the_payment(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     app.deliver(
         &payment_intent_succeeded("evt_pi", "pi_1", "user_1", 5000),
         "processed",
@@ -502,7 +503,7 @@ async fn refunded_amounts_never_exceed_the_payment(pool: PgPool) {
 
 #[sqlx::test]
 async fn a_razorpay_refund_only_touches_the_payment_it_refunds(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     for (payment, amount, event_id) in [("pay_a", 5000, "evt_a"), ("pay_b", 3000, "evt_b")] {
         let captured = razorpay_envelope(
             "payment.captured",
@@ -543,7 +544,7 @@ async fn a_razorpay_refund_only_touches_the_payment_it_refunds(pool: PgPool) {
 async fn a_waiting_refund_the_database_refuses_is_rejected_alone_and_its_credit_applies(
     pool: PgPool,
 ) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     // A check only this refund's entry fails: data the database refuses.
     sqlx::query(
         "alter table wallet_entries add constraint refuses_one_refund check (source_ref <> 'rfnd_poison')",
@@ -577,7 +578,7 @@ async fn a_waiting_refund_the_database_refuses_is_rejected_alone_and_its_credit_
 async fn a_payload_the_database_refuses_is_recorded_without_it_and_its_retry_is_a_duplicate(
     pool: PgPool,
 ) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     // A check only these payloads fail: the claim itself is refused.
     sqlx::query(
         "alter table processed_events add constraint refuses_a_payload check (payload ->> 'poison' is null)",
@@ -599,7 +600,7 @@ async fn a_payload_the_database_refuses_is_recorded_without_it_and_its_retry_is_
 
 #[sqlx::test]
 async fn real_provider_payloads_with_free_text_in_their_optional_fields_apply(pool: PgPool) {
-    let app = spawn_app(pool).await;
+    let app = route_app(pool).await;
     // Stripe's metadata values are any text: only the credit's owner must
     // be an identifier.
     let metadata = json!({ "user_id": "user_1", "note": "Jane Doe's order ✓" });
