@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes every signature-header parser and the envelope extraction of
-# every provider, PayPal's included (the properties in tests/api/fuzz.rs),
+# every provider, PayPal's included (the properties in tests/api/signature/fuzz.rs),
 # with many more cases than the suite, for a bounded time. A failing input
 # is shrunk, reported, and kept by proptest in
-# tests/api/proptest-regressions/fuzz.txt, which every later run (the suite
+# tests/api/proptest-regressions/signature/fuzz.txt, which every later run (the suite
 # included) replays first: commit it with the fix.
 #
 #   scripts/fuzz.sh [SECONDS]     (default 300; no database needed)

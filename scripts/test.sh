@@ -13,6 +13,36 @@ if [ "$#" -eq 0 ]; then
     require_pgbouncer
     export WEBHOOKD_POOLER_TESTS=required
 fi
+# The tests run a second time through PgBouncer (below), chosen by path in
+# tests/api: the ingest transaction, its batches and a database not ready;
+# Stripe's effects; the outbox and its drainers; the binary in pooler
+# mode; the console's outbox page; and any other test of batches by name.
+# A pattern that selects no test, or a selection smaller than
+# POOLED_AT_LEAST, fails the run: a rename cannot quietly drop them.
+POOLED=(
+    '^ingest::(transaction|batch|batch_mixed|unavailable)::'
+    '^effects::stripe::'
+    '^drain::'
+    '^pooler::transaction::'
+    '^console::outbox::'
+    '::[^:]*batch[^:]*$'
+)
+POOLED_AT_LEAST=79
+# pooled_tests: prints the full names of the tests POOLED selects, one a
+# line, or fails saying which pattern selects nothing or how many are left.
+pooled_tests() {
+    local all selected count pattern
+    all=$(cargo test --locked --test api -- --list --format terse | sed -n 's/: test$//p')
+    for pattern in "${POOLED[@]}"; do
+        grep -qE -- "$pattern" <<<"$all" || die "no test in tests/api matches the pooled pattern $pattern"
+    done
+    selected=$(grep -E "${POOLED[@]/#/-e}" <<<"$all" | sort -u)
+    count=$(grep -c . <<<"$selected")
+    [ "$count" -ge "$POOLED_AT_LEAST" ] \
+        || die "the pooled patterns select $count tests, fewer than POOLED_AT_LEAST ($POOLED_AT_LEAST)"
+    printf '%s\n' "$selected"
+}
+
 # The console's browser test fails, rather than skips, without Chromium.
 export WEBHOOKD_BROWSER_TESTS=required
 export SQLX_OFFLINE=true   # queries are checked against the committed .sqlx data
@@ -33,6 +63,11 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --locked --all-targets -- -D warnings
+if [ "$#" -eq 0 ]; then
+    log "the tests to run again through PgBouncer"
+    pooled=$(pooled_tests)
+    log "$(grep -c . <<<"$pooled") tests to run again through PgBouncer"
+fi
 log "cargo test"
 cargo test --locked -- "$@"
 # Skipped when the tests were filtered: the ingest, batch, Stripe, outbox,
@@ -44,12 +79,13 @@ cargo test --locked -- "$@"
 # just built, against a cluster of its own: directly, on PgBouncer without
 # a direct URL, and on PgBouncer with one.
 if [ "$#" -eq 0 ]; then
-    log "cargo test, through PgBouncer in transaction mode: ingest, batches, Stripe, outbox, drain"
+    log "cargo test, through PgBouncer in transaction mode: ingest, batches, Stripe, outbox, drain, pooler"
     # Idle server connections close after 1 s, so that each test's
     # database can be dropped after it.
     start_pgbouncer "$scratch/pgbouncer" "$DATABASE_URL" 20 1
-    WEBHOOKD_TEST_POOLER_URL=$PGBOUNCER_URL cargo test --locked --test api -- \
-        ingest:: batch stripe:: outbox:: drain_ pooler::
+    # Word splitting is wanted: one test name a word.
+    # shellcheck disable=SC2086
+    WEBHOOKD_TEST_POOLER_URL=$PGBOUNCER_URL cargo test --locked --test api -- --exact $pooled
     stop_pgbouncer
     for mode in "" --pooler --pooler-direct; do
         log "chaos (short) ${mode:-direct}"

@@ -5,6 +5,7 @@
 mod auth;
 mod bounds;
 mod browser;
+mod chromium;
 mod cookie;
 mod csrf;
 mod escaping;

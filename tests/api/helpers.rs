@@ -1,18 +1,26 @@
 //! Spawns the real application on a free port against the test's own fresh
-//! database, and signs deliveries the way Stripe does.
+//! database, or builds its router to call without a socket, and signs
+//! deliveries the way Stripe does.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::Router;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 use webhookd::clock::Clock;
 use webhookd::config::{AdminListen, ServeSettings, SourceScheme, SourceSettings};
+use webhookd::http::metrics::Metrics;
+use webhookd::http::{AppState, Limits};
+use webhookd::ingest::{Ingestor, Wake};
 use webhookd::ledger;
+use webhookd::providers::Providers;
 use webhookd::providers::stripe::signature_header;
 use webhookd::secrets::{Secrets, parse_secrets};
-use webhookd::startup::Application;
+use webhookd::startup::{self, Application};
 
 /// The current endpoint secret, and the previous one still accepted during a rotation.
 pub const SECRET: &str = "whsec_test_current_secret";
@@ -46,6 +54,9 @@ pub struct TestApp {
     pub pooled: PgPool,
     pub client: reqwest::Client,
     pub shutdown: CancellationToken,
+    /// The public listener's router, for an app called without a socket
+    /// ([`route_app_with`]): its requests go to this, not to `address`.
+    pub router: Option<Router>,
 }
 
 impl Drop for TestApp {
@@ -73,21 +84,7 @@ pub async fn spawn_app_with(
     clock: Clock,
     configure: impl FnOnce(&mut ServeSettings),
 ) -> TestApp {
-    let mut settings = ServeSettings {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        stripe_webhook_secret: parse_secrets(&format!("{SECRET},{OLD_SECRET}")).unwrap(),
-        razorpay_webhook_secret: Secrets::new([RAZORPAY_SECRETS.0, RAZORPAY_SECRETS.1]),
-        sources: vec![
-            source("svix", SourceScheme::StandardWebhooks, STANDARD_SECRETS),
-            source("gh", SourceScheme::Github, GITHUB_SECRETS),
-            source("shop", SourceScheme::Shopify, SHOPIFY_SECRETS),
-        ],
-        ..ServeSettings::default()
-    };
-    // Every app side by side gets a free port for its admin listener too.
-    settings.admin.admin_listen = Some(AdminListen(Some("127.0.0.1:0".parse().unwrap())));
-    configure(&mut settings);
-
+    let settings = settings_with(configure);
     let shutdown = CancellationToken::new();
     let pooled = app_pool(&pool);
     let app = Application::build(
@@ -109,7 +106,78 @@ pub async fn spawn_app_with(
         pooled,
         client: reqwest::Client::new(),
         shutdown,
+        router: None,
     }
+}
+
+/// The app with both secrets configured and the system clock, called
+/// without a socket: for tests of what a request is answered, and what it
+/// writes, that need no connection, timeout or concurrent client.
+pub async fn route_app(pool: PgPool) -> TestApp {
+    route_app_with(pool, Clock::System, |_| {}).await
+}
+
+/// The public listener's router (`webhookd::http::router`, its middleware
+/// included) with the settings [`spawn_app_with`] would serve, called by
+/// `oneshot` instead of over a socket. No admin listener.
+pub async fn route_app_with(
+    pool: PgPool,
+    clock: Clock,
+    configure: impl FnOnce(&mut ServeSettings),
+) -> TestApp {
+    let settings = settings_with(configure);
+    let shutdown = CancellationToken::new();
+    let pooled = app_pool(&pool);
+    let providers = startup::providers_settings(&settings).expect("the providers' settings");
+    // As `Application::build` assembles it, with the default workers.
+    let metrics = std::sync::Arc::new(Metrics::default());
+    let state = AppState {
+        ingestor: Ingestor::start_with_sizes(
+            pooled.clone(),
+            startup::batch_settings(&settings),
+            Wake::Notify,
+            &TaskTracker::new(),
+            metrics.batch_sizes(),
+        ),
+        pool: pooled.clone(),
+        providers: Providers::from_settings(&providers).expect("the providers mount"),
+        clock,
+        shutdown: shutdown.clone(),
+        metrics,
+    };
+    let limits = Limits {
+        max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap(),
+        request_timeout: settings.request_timeout,
+    };
+    TestApp {
+        address: "http://router.invalid".to_owned(),
+        admin_address: None,
+        pool,
+        pooled,
+        client: reqwest::Client::new(),
+        shutdown,
+        router: Some(webhookd::http::router(state, limits, true)),
+    }
+}
+
+/// Every test app's settings: both Stripe secrets, Razorpay's, the three
+/// sources, free ports; then `configure`'s changes.
+fn settings_with(configure: impl FnOnce(&mut ServeSettings)) -> ServeSettings {
+    let mut settings = ServeSettings {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        stripe_webhook_secret: parse_secrets(&format!("{SECRET},{OLD_SECRET}")).unwrap(),
+        razorpay_webhook_secret: Secrets::new([RAZORPAY_SECRETS.0, RAZORPAY_SECRETS.1]),
+        sources: vec![
+            source("svix", SourceScheme::StandardWebhooks, STANDARD_SECRETS),
+            source("gh", SourceScheme::Github, GITHUB_SECRETS),
+            source("shop", SourceScheme::Shopify, SHOPIFY_SECRETS),
+        ],
+        ..ServeSettings::default()
+    };
+    // Every app side by side gets a free port for its admin listener too.
+    settings.admin.admin_listen = Some(AdminListen(Some("127.0.0.1:0".parse().unwrap())));
+    configure(&mut settings);
+    settings
 }
 
 /// The pool the code under test runs on: `pool` itself, or, when
@@ -167,7 +235,7 @@ impl TestApp {
         if let Some(header) = header {
             request = request.header("stripe-signature", header);
         }
-        request.send().await.expect("the request is sent")
+        self.send(request).await
     }
 
     /// POSTs `body` to /webhooks/{provider} with the given headers.
@@ -185,7 +253,34 @@ impl TestApp {
         for (name, value) in headers {
             request = request.header(name, value);
         }
-        request.send().await.expect("the request is sent")
+        self.send(request).await
+    }
+
+    /// Sends `request`: over the socket, or to the router of an app called
+    /// without one, with the `content-length` a client would send.
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> reqwest::Response {
+        let Some(router) = &self.router else {
+            return request.send().await.expect("the request is sent");
+        };
+        let request = request.build().expect("the request builds");
+        let body = request
+            .body()
+            .and_then(|b| b.as_bytes())
+            .unwrap_or_default();
+        let mut routed = http::Request::builder()
+            .method(request.method())
+            .uri(request.url().path());
+        for (name, value) in request.headers() {
+            routed = routed.header(name, value);
+        }
+        let routed = routed
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(axum::body::Body::from(body.to_vec()))
+            .unwrap();
+        let response = router.clone().oneshot(routed).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        http::Response::from_parts(parts, body).into()
     }
 
     /// Delivers a Stripe event and expects 200 with `outcome`.
@@ -195,6 +290,13 @@ impl TestApp {
         let answer: Value = response.json().await.unwrap();
         assert_eq!(answer["outcome"], outcome, "delivering {body}");
         answer
+    }
+
+    /// Delivers each Stripe event in turn, expecting 200 with its outcome.
+    pub async fn deliver_each(&self, deliveries: &[(&str, &str)]) {
+        for (body, outcome) in deliveries {
+            self.deliver(body, outcome).await;
+        }
     }
 
     /// `GET /metrics`, as text.

@@ -94,20 +94,20 @@ async fn listed(browser: &Browser<'_>, path: &str) -> Vec<String> {
 #[sqlx::test]
 async fn the_filters_narrow_the_list_by_provider_type_outcome_and_arrival(pool: PgPool) {
     let app = console_app(pool, Clock::System).await;
-    app.deliver(
-        &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 2000),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &event_of_type("evt_ignored", "customer.created", json!({"id": "cus_1"})),
-        "ignored",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_deferred", "charge.refunded", "ch_9", "pi_9", 500, 500),
-        "deferred",
-    )
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 2000),
+            "processed",
+        ),
+        (
+            &event_of_type("evt_ignored", "customer.created", json!({"id": "cus_1"})),
+            "ignored",
+        ),
+        (
+            &charge("evt_deferred", "charge.refunded", "ch_9", "pi_9", 500, 500),
+            "deferred",
+        ),
+    ])
     .await;
     deliver_razorpay(
         &app,

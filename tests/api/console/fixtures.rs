@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use webhookd::clock::Clock;
 
-use crate::drain_sink::TestSink;
+use crate::drain::sink::TestSink;
 use crate::helpers::{RAZORPAY_SECRETS, TestApp, charge, now};
 
 /// Delivers every outbox row now due to a sink that answers `status`,

@@ -26,15 +26,16 @@ async fn events_and_users_whose_ids_a_path_would_lose_open_from_every_link(pool:
     let app = console_app(pool, Clock::System).await;
     for (i, id) in AWKWARD.iter().enumerate() {
         // An event of that id, and a user of that id credited by another.
-        app.deliver(
-            &payment_intent_succeeded(id, &format!("pi_a{i}"), &format!("user_{i}"), 100),
-            "processed",
-        )
-        .await;
-        app.deliver(
-            &payment_intent_succeeded(&format!("evt_{i}"), &format!("pi_b{i}"), id, 100),
-            "processed",
-        )
+        app.deliver_each(&[
+            (
+                &payment_intent_succeeded(id, &format!("pi_a{i}"), &format!("user_{i}"), 100),
+                "processed",
+            ),
+            (
+                &payment_intent_succeeded(&format!("evt_{i}"), &format!("pi_b{i}"), id, 100),
+                "processed",
+            ),
+        ])
         .await;
     }
     let browser = Browser::logged_in(&app).await;

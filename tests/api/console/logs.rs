@@ -14,7 +14,7 @@ use sqlx::PgPool;
 
 use super::{TOKEN, no_redirects};
 use crate::helpers::SECRET;
-use crate::lifecycle::{database_url, free_port};
+use crate::service::lifecycle::{database_url, free_port};
 
 /// A server killed if the test fails before it stopped.
 struct Running(Child);

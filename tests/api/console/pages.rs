@@ -16,20 +16,20 @@ async fn a_users_page_shows_each_wallet_formatted_and_entries_linking_to_their_e
     pool: PgPool,
 ) {
     let app = console_app(pool, Clock::System).await;
-    app.deliver(
-        &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 2000),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_credit_2", "pi_2", "user_1", 55),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 2000, 500),
-        "processed",
-    )
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 2000),
+            "processed",
+        ),
+        (
+            &payment_intent_succeeded("evt_credit_2", "pi_2", "user_1", 55),
+            "processed",
+        ),
+        (
+            &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 2000, 500),
+            "processed",
+        ),
+    ])
     .await;
     deliver_razorpay(
         &app,

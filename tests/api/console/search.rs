@@ -12,36 +12,34 @@ async fn the_search_finds_the_events_that_name_an_event_user_payment_refund_or_s
     pool: PgPool,
 ) {
     let app = console_app(pool, Clock::System).await;
-    app.deliver(
-        &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 2000),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_charge", "charge.succeeded", "ch_1", "pi_1", 2000, 0),
-        "ignored",
-    )
-    .await;
-    app.deliver(
-        &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 2000, 500),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &subscription(
-            "evt_sub",
-            "customer.subscription.created",
-            "sub_1",
-            "active",
-            now(),
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 2000),
+            "processed",
         ),
-        "processed",
-    )
-    .await;
-    app.deliver(
-        &payment_intent_succeeded("evt_other", "pi_2", "user_2", 100),
-        "processed",
-    )
+        (
+            &charge("evt_charge", "charge.succeeded", "ch_1", "pi_1", 2000, 0),
+            "ignored",
+        ),
+        (
+            &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 2000, 500),
+            "processed",
+        ),
+        (
+            &subscription(
+                "evt_sub",
+                "customer.subscription.created",
+                "sub_1",
+                "active",
+                now(),
+            ),
+            "processed",
+        ),
+        (
+            &payment_intent_succeeded("evt_other", "pi_2", "user_2", 100),
+            "processed",
+        ),
+    ])
     .await;
     deliver_razorpay(
         &app,

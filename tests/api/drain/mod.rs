@@ -1,0 +1,10 @@
+//! The outbox drainer: deliveries to a user's app, their retries, order,
+//! memory and pipelining, and what the commands print of them.
+
+pub mod cli;
+pub mod memory;
+pub mod order;
+pub mod outbox;
+pub mod pipeline;
+pub mod retry;
+pub mod sink;

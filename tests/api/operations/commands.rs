@@ -1,0 +1,679 @@
+//! Operator commands: reconcile, prune, events replay, explain, send,
+//! healthcheck. Each asserts its effect in the database.
+
+use std::process::Command;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use reqwest::StatusCode;
+use sqlx::PgPool;
+use webhookd::cli;
+use webhookd::cli::args::RetentionArgs;
+use webhookd::cli::drill::DrillArgs;
+use webhookd::cli::events::EventsCommand;
+use webhookd::cli::prune::PruneArgs;
+use webhookd::cli::send::SendArgs;
+use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
+use webhookd::clock::Clock;
+use webhookd::outbox::Drainer;
+use webhookd::secrets::Secrets;
+use webhookd::sinks::Sink;
+use webhookd::sinks::log::LogSink;
+
+use crate::helpers::{SECRET, TestApp, charge, invoice_paid, payment_intent_succeeded, spawn_app};
+
+const RETENTION: RetentionArgs = RetentionArgs { retention_days: 30 };
+
+fn output(buffer: Vec<u8>) -> String {
+    String::from_utf8(buffer).unwrap()
+}
+
+#[sqlx::test]
+async fn reconcile_passes_on_a_clean_ledger_and_fails_on_a_corrupted_balance(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_1", "pi_1", "user_1", 900),
+            "processed",
+        ),
+        (
+            &charge("evt_2", "charge.refunded", "ch_1", "pi_1", 900, 300),
+            "processed",
+        ),
+    ])
+    .await;
+
+    let mut out = Vec::new();
+    assert!(
+        cli::reconcile::run(&pool, &RETENTION, &mut out)
+            .await
+            .unwrap()
+    );
+    assert!(output(out).starts_with("ok"));
+
+    sqlx::query("update wallets set balance_minor = balance_minor + 1 where user_id = 'user_1'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    assert!(
+        !cli::reconcile::run(&pool, &RETENTION, &mut out)
+            .await
+            .unwrap()
+    );
+    let out = output(out);
+    assert!(
+        out.contains("MISMATCH wallet user_1 USD: balance 601 but entries sum to 600"),
+        "{out}"
+    );
+
+    // The binary turns that into its exit code.
+    let status = Command::new(env!("CARGO_BIN_EXE_webhookd"))
+        .arg("reconcile")
+        .env(
+            "DATABASE_URL",
+            crate::service::lifecycle::database_url(&pool),
+        )
+        .output()
+        .unwrap()
+        .status;
+    assert_eq!(status.code(), Some(1));
+}
+
+#[sqlx::test]
+async fn reconcile_flags_entries_whose_event_is_missing(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver(
+        &payment_intent_succeeded("evt_1", "pi_1", "user_1", 900),
+        "processed",
+    )
+    .await;
+    sqlx::query("delete from processed_events")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    assert!(
+        !cli::reconcile::run(&pool, &RETENTION, &mut out)
+            .await
+            .unwrap()
+    );
+    assert!(output(out).contains("ORPHAN entry"));
+}
+
+async fn age(pool: &PgPool, sql: &str) {
+    sqlx::query(sql).execute(pool).await.unwrap();
+}
+
+#[sqlx::test]
+async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    // Old history: 300 applied events with delivered outbox rows, a deferred
+    // refund, a dead row and an invoice announcement, all 40 days old.
+    for n in 0..300 {
+        let body = payment_intent_succeeded(
+            &format!("evt_old_{n}"),
+            &format!("pi_old_{n}"),
+            "user_old",
+            10,
+        );
+        app.deliver(&body, "processed").await;
+    }
+    app.deliver_each(&[
+        (
+            &charge(
+                "evt_waiting",
+                "charge.refunded",
+                "ch_x",
+                "pi_never",
+                100,
+                100,
+            ),
+            "deferred",
+        ),
+        (&invoice_paid("evt_invoice", "in_1"), "processed"),
+    ])
+    .await;
+    age(
+        &pool,
+        "update processed_events set received_at = now() - interval '40 days'",
+    )
+    .await;
+    age(
+        &pool,
+        "update wallet_entries set created_at = now() - interval '40 days'",
+    )
+    .await;
+    age(
+        &pool,
+        "update outbox set delivered_at = now() - interval '40 days'",
+    )
+    .await;
+    age(&pool, "update outbox set delivered_at = null, dead_at = now() - interval '40 days' where event_id = 'evt_old_0'").await;
+
+    // Prune in small batches while new deliveries arrive, and while another
+    // transaction holds one old event's row: prune skips it, never waits.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("select 1 from processed_events where event_id = 'evt_old_1' for update")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let args = PruneArgs {
+        older_than: None,
+        batch: 25,
+        retention: RETENTION,
+    };
+    let deliveries = join_all((0..40).map(|n| {
+        let app: &TestApp = &app;
+        async move {
+            let body = payment_intent_succeeded(
+                &format!("evt_new_{n}"),
+                &format!("pi_new_{n}"),
+                "user_new",
+                5,
+            );
+            app.post_stripe(&body).await.status()
+        }
+    }));
+    let mut out = Vec::new();
+    let prune = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        cli::prune::run(&pool, &args, &Clock::System, &mut out),
+    );
+    let (statuses, pruned) = tokio::join!(deliveries, prune);
+    let pruned = pruned.expect("prune never waits on a held row");
+    holder.rollback().await.unwrap();
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    let (events, outbox_rows) = pruned.unwrap();
+    assert_eq!(
+        events, 300,
+        "299 old events and the invoice; the deferred and the held one are kept"
+    );
+    assert_eq!(
+        outbox_rows, 300,
+        "delivered rows, invoice.paid among them; the dead row is kept"
+    );
+
+    let kept: Vec<String> = sqlx::query_scalar(
+        "select event_id from processed_events where event_id not like 'evt_new_%' order by event_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, ["evt_old_1", "evt_waiting"]);
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from processed_events where event_id like 'evt_new_%'"
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap(),
+        40
+    );
+    let outbox_kept: Vec<String> = sqlx::query_scalar(
+        "select topic || ':' || event_id from outbox where event_id not like 'evt_new_%' order by id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(outbox_kept, ["wallet.credited:evt_old_0"]);
+    // The invoice's natural key outlives its pruned event and outbox row: a
+    // late copy under a new event id is still no second announcement.
+    let announced: String =
+        sqlx::query_scalar("select event_id from invoices where invoice_id = 'in_1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(announced, "evt_invoice");
+    app.deliver(&invoice_paid("evt_invoice_again", "in_1"), "ignored")
+        .await;
+    // Balances never depended on the event rows.
+    assert_eq!(app.balance("user_old", "USD").await, Some(3000));
+}
+
+#[sqlx::test]
+async fn replaying_an_applied_event_changes_nothing(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver_each(&[
+        (
+            &payment_intent_succeeded("evt_1", "pi_1", "user_1", 700),
+            "processed",
+        ),
+        (
+            &charge("evt_2", "charge.refunded", "ch_1", "pi_1", 700, 200),
+            "processed",
+        ),
+    ])
+    .await;
+    let before = snapshot(&pool).await;
+
+    for event_id in ["evt_1", "evt_2"] {
+        let replay = EventsCommand::Replay {
+            provider: "stripe".into(),
+            event_id: event_id.into(),
+            stripe: Box::default(),
+        };
+        let mut out = Vec::new();
+        cli::events::run(&pool, &replay, &mut out).await.unwrap();
+        let out = output(out);
+        assert!(
+            out.contains("stored outcome unchanged (processed)"),
+            "{out}"
+        );
+    }
+    assert_eq!(snapshot(&pool).await, before);
+    let missing = EventsCommand::Replay {
+        provider: "stripe".into(),
+        event_id: "evt_nope".into(),
+        stripe: Box::default(),
+    };
+    assert!(
+        cli::events::run(&pool, &missing, &mut Vec::new())
+            .await
+            .is_err()
+    );
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn replaying_a_deferred_refund_after_its_credit_applies_it_once(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver(
+        &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 700, 700),
+        "deferred",
+    )
+    .await;
+    // The credit's row is written by hand (as a repair would), without the
+    // event that would have applied the waiting refund.
+    sqlx::raw_sql(
+        "insert into wallets (user_id, currency, balance_minor) values ('user_1', 'USD', 700);
+         insert into wallet_entries (user_id, currency, amount_minor, kind, provider, source_ref, event_id)
+         values ('user_1', 'USD', 700, 'credit', 'stripe', 'pi_1', 'evt_refund')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let replay = EventsCommand::Replay {
+        provider: "stripe".into(),
+        event_id: "evt_refund".into(),
+        stripe: Box::default(),
+    };
+    let mut out = Vec::new();
+    cli::events::run(&pool, &replay, &mut out).await.unwrap();
+    assert!(output(out).contains("stored outcome changed from deferred to processed"));
+    cli::events::run(&pool, &replay, &mut Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(app.balance("user_1", "USD").await, Some(0));
+    app.assert_consistent().await;
+}
+
+async fn snapshot(pool: &PgPool) -> (Vec<(String, i64)>, i64, i64, Vec<(String, String)>) {
+    let wallets = sqlx::query_as("select user_id, balance_minor from wallets order by user_id")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    let entries = sqlx::query_scalar("select count(*) from wallet_entries")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let outbox = sqlx::query_scalar("select count(*) from outbox")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let events = sqlx::query_as("select event_id, outcome from processed_events order by event_id")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    (wallets, entries, outbox, events)
+}
+
+#[sqlx::test]
+async fn explain_tells_the_whole_story_of_a_payment(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver_each(&[
+        (
+            &charge("evt_refund", "charge.refunded", "ch_1", "pi_1", 900, 400),
+            "deferred",
+        ),
+        (
+            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 900),
+            "processed",
+        ),
+        (
+            &charge("evt_charge", "charge.succeeded", "ch_1", "pi_1", 900, 0),
+            "ignored",
+        ),
+    ])
+    .await;
+    let drainer = Drainer::new(
+        pool.clone(),
+        Sink::Log(LogSink),
+        crate::drain::outbox::settings(5),
+        Clock::System,
+    );
+    drainer.drain_once().await.unwrap();
+
+    let mut out = Vec::new();
+    assert!(cli::explain::run(&pool, "pi_1", &mut out).await.unwrap());
+    let story = output(out);
+    for expected in [
+        "event stripe evt_credit (payment_intent.succeeded) received, signature verified, claimed: processed",
+        "event stripe evt_refund (charge.refunded) received, signature verified, claimed: processed",
+        "ledger entry #1: credit 900 USD for wallet user_1/USD (natural key pi_1) by event evt_credit",
+        "refund -400 USD for wallet user_1/USD (natural key ch_1:400) by event evt_refund",
+        "wallet.credited written by event evt_credit",
+        "wallet.debited written by event evt_refund",
+        "delivered (webhook-id",
+        "payment stripe ch_1: partially_refunded, 900 USD, refunded 400, user user_1",
+        "wallet user_1/USD balance 500",
+    ] {
+        assert!(
+            story.contains(expected),
+            "missing {expected:?} in:\n{story}"
+        );
+    }
+    // The same story is found from the user, and nothing from a stranger.
+    let mut out = Vec::new();
+    assert!(cli::explain::run(&pool, "user_1", &mut out).await.unwrap());
+    assert!(output(out).contains("by event evt_refund"));
+    assert!(
+        !cli::explain::run(&pool, "pi_unknown", &mut Vec::new())
+            .await
+            .unwrap()
+    );
+}
+
+#[sqlx::test]
+async fn send_signs_a_sample_that_the_service_applies(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let send = |event_type: &str, payment: Option<&str>| SendArgs {
+        provider: "stripe".into(),
+        event_type: event_type.into(),
+        user: "user_sent".into(),
+        amount: Some("2500".into()),
+        currency: None,
+        payment: payment.map(str::to_owned),
+        url: app.address.clone(),
+        stripe_webhook_secret: Secrets::new([SECRET]),
+        razorpay_webhook_secret: Secrets::default(),
+        paypal: PaypalSendArgs {
+            paypal_key: None,
+            paypal_cert_url: DEFAULT_CERT_URL.into(),
+            paypal_webhook_id: None,
+        },
+    };
+    let mut out = Vec::new();
+    cli::send::run(&send("payment_intent.succeeded", Some("pi_sent")), &mut out)
+        .await
+        .unwrap();
+    assert!(output(out).contains(r#"200 OK {"outcome":"processed""#));
+    cli::send::run(&send("charge.refunded", Some("pi_sent")), &mut Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(app.balance("user_sent", "USD").await, Some(0));
+
+    let razorpay = SendArgs {
+        provider: "razorpay".into(),
+        razorpay_webhook_secret: Secrets::new([crate::helpers::RAZORPAY_SECRETS.0]),
+        ..send("payment.captured", Some("pay_sent"))
+    };
+    cli::send::run(&razorpay, &mut Vec::new()).await.unwrap();
+    assert_eq!(app.balance("user_sent", "INR").await, Some(2500));
+
+    let unsigned = SendArgs {
+        stripe_webhook_secret: Secrets::default(),
+        ..send("invoice.paid", None)
+    };
+    assert!(
+        cli::send::run(&unsigned, &mut Vec::new()).await.is_err(),
+        "no secret, nothing sent"
+    );
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn healthcheck_succeeds_only_against_a_live_server(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    let mut out = Vec::new();
+    cli::healthcheck(&format!("{}/healthz", app.address), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(output(out), "ok: 200 OK\n");
+    assert!(
+        cli::healthcheck(&format!("{}/nope", app.address), &mut Vec::new())
+            .await
+            .is_err()
+    );
+    assert!(
+        cli::healthcheck("http://127.0.0.1:1/healthz", &mut Vec::new())
+            .await
+            .is_err()
+    );
+}
+
+#[sqlx::test]
+async fn prune_keeps_an_old_event_whose_entry_is_young(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    // A refund received 40 days ago but applied (its entry written) today.
+    app.deliver_each(&[
+        (
+            &charge("evt_late", "charge.refunded", "ch_1", "pi_1", 500, 500),
+            "deferred",
+        ),
+        (
+            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 500),
+            "processed",
+        ),
+    ])
+    .await;
+    age(
+        &pool,
+        "update processed_events set received_at = now() - interval '40 days'",
+    )
+    .await;
+    age(&pool, "update wallet_entries set created_at = now() - interval '40 days' where event_id = 'evt_credit'").await;
+
+    let args = PruneArgs {
+        older_than: None,
+        batch: 10,
+        retention: RETENTION,
+    };
+    let (events, _) = cli::prune::run(&pool, &args, &Clock::System, &mut Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(events, 1, "only the credit's event, whose entry is old too");
+    let mut out = Vec::new();
+    assert!(
+        cli::reconcile::run(&pool, &RETENTION, &mut out)
+            .await
+            .unwrap(),
+        "{}",
+        output(out)
+    );
+}
+
+#[sqlx::test]
+async fn the_drill_storms_two_servers_and_finds_the_books_exact(pool: PgPool) {
+    // Two servers on one database; each event's copies go to both, and the
+    // credits land on 16 hot wallets.
+    let app = spawn_app(pool.clone()).await;
+    let second = spawn_app(pool.clone()).await;
+    let args = DrillArgs {
+        events: 200,
+        duplicates: 5,
+        concurrency: 8,
+        users: 16,
+        mix: false,
+        duration: None,
+        urls: vec![app.address.clone(), second.address.clone()],
+        give_up_after: Duration::from_secs(60),
+        stripe_webhook_secret: Secrets::new([SECRET]),
+        razorpay_webhook_secret: Secrets::default(),
+    };
+    let mut out = Vec::new();
+    assert!(cli::drill::run(&args, Some(&pool), &mut out).await.unwrap());
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(report["sent"], 1000, "{report}");
+    assert_eq!(report["statuses"]["200"], 1000);
+    let checks = &report["verification"]["checks"];
+    for (check, expected) in [
+        ("stripe_events", 200),
+        ("stripe_credits", 200),
+        ("outbox_wallet_credited", 200),
+        ("razorpay_events", 0),
+    ] {
+        assert_eq!(checks[check]["found"], expected, "{check}: {report}");
+    }
+    assert_eq!(
+        checks["usd_total_minor"]["found"],
+        checks["usd_total_minor"]["expected"]
+    );
+    assert_eq!(report["verification"]["failed"], serde_json::json!([]));
+    assert_eq!(report["passed"], true);
+    let duplicates: i64 = sqlx::query_scalar("select count(*) from processed_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(duplicates, 200, "800 copies absorbed");
+    let wallets: i64 = sqlx::query_scalar("select count(*) from wallets")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(wallets <= 16, "{wallets} wallets");
+    app.assert_consistent().await;
+
+    // Without the secret there is nothing to sign with.
+    let unsigned = DrillArgs {
+        stripe_webhook_secret: Secrets::default(),
+        ..args
+    };
+    assert!(
+        cli::drill::run(&unsigned, None, &mut Vec::new())
+            .await
+            .is_err()
+    );
+}
+
+#[sqlx::test]
+async fn a_mixed_drill_finds_the_books_exact_and_fails_on_a_corrupted_balance(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    // 21 groups of ten and a short one: 106 credits, 22 charges, 21
+    // refunds, 22 subscription updates, 44 Razorpay captures.
+    let args = DrillArgs {
+        events: 215,
+        duplicates: 3,
+        concurrency: 8,
+        users: 50,
+        mix: true,
+        duration: None,
+        urls: vec![app.address.clone()],
+        give_up_after: Duration::from_secs(60),
+        stripe_webhook_secret: Secrets::new([SECRET]),
+        razorpay_webhook_secret: Secrets::new([crate::helpers::RAZORPAY_SECRETS.0]),
+    };
+    let mut out = Vec::new();
+    let passed = cli::drill::run(&args, Some(&pool), &mut out).await.unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert!(passed, "{report}");
+    assert_eq!(report["statuses"]["200"], 645, "{report}");
+    for (kind, events) in [
+        ("payment_intent.succeeded", 106),
+        ("charge.succeeded", 22),
+        ("charge.refunded", 21),
+        ("customer.subscription.updated", 22),
+        ("payment.captured", 44),
+    ] {
+        assert_eq!(report["kinds"][kind]["events"], events, "{kind}: {report}");
+        assert_eq!(
+            report["kinds"][kind]["outcomes"]["duplicate"],
+            events * 2,
+            "{kind}: {report}"
+        );
+    }
+    let checks = &report["verification"]["checks"];
+    for (check, expected) in [
+        ("stripe_events", 171),
+        ("razorpay_events", 44),
+        ("stripe_credits", 106),
+        ("stripe_refunds", 21),
+        ("razorpay_credits", 44),
+        ("outbox_wallet_credited", 150),
+        ("outbox_wallet_debited", 21),
+        ("outbox_payment_receipt", 22),
+        ("outbox_subscription_changed", 22),
+        ("deferred_waiting", 0),
+        ("balance_mismatches", 0),
+    ] {
+        assert_eq!(checks[check]["found"], expected, "{check}: {report}");
+    }
+    let prefix = format!("drill_{}_", report["run"].as_str().unwrap());
+    let wallets: i64 = sqlx::query_scalar(
+        "select count(distinct user_id) from wallets where starts_with(user_id, $1)",
+    )
+    .bind(&prefix)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!((40..=50).contains(&wallets), "{wallets} wallets");
+    app.assert_consistent().await;
+
+    // The same books with one balance off by one unit fail, and say where.
+    sqlx::query(
+        "update wallets set balance_minor = balance_minor + 1
+         where (user_id, currency) = (select user_id, currency from wallets
+                                      where starts_with(user_id, $1) and currency = 'USD'
+                                      order by user_id limit 1)",
+    )
+    .bind(&prefix)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let plan = cli::drill::Plan {
+        run_id: report["run"].as_str().unwrap().parse().unwrap(),
+        events: 215,
+        users: 50,
+        mix: true,
+    };
+    let verification = cli::drill::verify(&pool, &plan, 215).await.unwrap();
+    assert_eq!(verification["passed"], false);
+    assert_eq!(
+        verification["failed"],
+        serde_json::json!(["usd_total_minor", "balance_mismatches"])
+    );
+
+    // One event at a time, the refunds of odd groups come before their
+    // credits: deferred, then applied by the credit.
+    let sequential = DrillArgs {
+        events: 20,
+        duplicates: 1,
+        concurrency: 1,
+        ..args.clone()
+    };
+    let mut out = Vec::new();
+    assert!(
+        cli::drill::run(&sequential, Some(&pool), &mut out)
+            .await
+            .unwrap()
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        report["kinds"]["charge.refunded"]["outcomes"],
+        serde_json::json!({ "deferred": 1, "processed": 1 }),
+        "{report}"
+    );
+
+    // The mix needs the Razorpay secret.
+    let without = DrillArgs {
+        razorpay_webhook_secret: Secrets::default(),
+        ..args
+    };
+    assert!(
+        cli::drill::run(&without, None, &mut Vec::new())
+            .await
+            .is_err()
+    );
+}

@@ -1,0 +1,10 @@
+//! Sweeps of the providers' APIs for events that never arrived, against
+//! fakes of those APIs (`crate::fakes`).
+
+pub mod bounds;
+pub mod paypal;
+pub mod paypal_refusals;
+pub mod preemption;
+pub mod properties;
+pub mod razorpay;
+pub mod stripe;
