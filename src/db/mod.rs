@@ -239,6 +239,19 @@ impl Read<'_> {
     }
 }
 
+/// Runs one writing statement (`query`, a `query!`) in a transaction of its
+/// own ([`begin`]), committed: the rows it affected. What a batch of
+/// retention does, each batch short so that it never holds ingest up.
+pub async fn write_alone(
+    pool: &PgPool,
+    query: sqlx::query::Query<'_, Postgres, PgArguments>,
+) -> Result<u64, sqlx::Error> {
+    let mut tx = begin(pool).await?;
+    let result = query.execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(result.rows_affected())
+}
+
 fn connect_options(url: &SecretString, name: &str) -> anyhow::Result<PgConnectOptions> {
     let options: PgConnectOptions = url
         .expose_secret()

@@ -106,8 +106,7 @@ pub async fn preview(
 /// are events whose ledger entry is newer than the cutoff (applied late), so
 /// that `reconcile` finds every young entry's event.
 pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, sqlx::Error> {
-    let mut tx = db::begin(pool).await?;
-    let result = sqlx::query!(
+    let query = sqlx::query!(
         r#"
         delete from processed_events
         where (provider, event_id) in (
@@ -124,9 +123,6 @@ pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, 
         "#,
         cutoff,
         batch,
-    )
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(result.rows_affected())
+    );
+    db::write_alone(pool, query).await
 }

@@ -163,8 +163,7 @@ pub async fn prune_delivered_batch(
     cutoff: f64,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
-    let mut tx = db::begin(pool).await?;
-    let result = sqlx::query!(
+    let query = sqlx::query!(
         r#"
         delete from outbox
         where id in (
@@ -176,9 +175,6 @@ pub async fn prune_delivered_batch(
         "#,
         cutoff,
         batch,
-    )
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(result.rows_affected())
+    );
+    db::write_alone(pool, query).await
 }

@@ -58,69 +58,108 @@ impl Report {
     }
 }
 
+/// How one provider's payments are audited: which list, which statuses
+/// count as paid and as refunded, how webhookd credits a payment.
+struct Audited {
+    provider: &'static str,
+    /// The payments' list, and the path a payment's own status is read at.
+    payments: &'static str,
+    paid: &'static [&'static str],
+    /// The credit webhookd gives a paid payment (the effects' own reading).
+    credit: fn(&Value) -> Result<PlainCredit, effects::Reason>,
+    /// Where a refund names its payment, and the statuses that debit it.
+    refund_parent: &'static str,
+    refunded: &'static [&'static str],
+    /// The status `compare` expects of a payment the ledger credited.
+    succeeded: &'static str,
+    list: Listing,
+}
+
 /// Stripe: `GET /v1/payment_intents` and `GET /v1/refunds` of the window.
-pub async fn stripe(
+pub async fn stripe(api: &mut Api, pool: &PgPool, window: (i64, i64)) -> anyhow::Result<Report> {
+    let stripe = Audited {
+        provider: crate::providers::stripe::PROVIDER,
+        payments: "/v1/payment_intents",
+        paid: &["succeeded"],
+        credit: effects::stripe::payment_intent_credit,
+        refund_parent: "/payment_intent",
+        // A charge's amount_refunded, which the ledger debits, counts
+        // pending refunds too.
+        refunded: &["succeeded", "pending"],
+        succeeded: "succeeded",
+        list: Listing::Stripe,
+    };
+    audit(api, pool, &stripe, window).await
+}
+
+/// Razorpay: `GET /v1/payments` and `GET /v1/refunds` of the window.
+pub async fn razorpay(api: &mut Api, pool: &PgPool, window: (i64, i64)) -> anyhow::Result<Report> {
+    let razorpay = Audited {
+        provider: crate::providers::razorpay::PROVIDER,
+        payments: "/v1/payments",
+        paid: &["captured", "refunded"],
+        credit: effects::razorpay::payment_credit,
+        refund_parent: "/payment_id",
+        refunded: &["processed"],
+        succeeded: "captured",
+        list: Listing::Razorpay,
+    };
+    audit(api, pool, &razorpay, window).await
+}
+
+async fn audit(
     api: &mut Api,
     pool: &PgPool,
+    audited: &Audited,
     (since, until): (i64, i64),
 ) -> anyhow::Result<Report> {
-    let provider = crate::providers::stripe::PROVIDER;
-    let intents = stripe_list(api, "/v1/payment_intents", since, until).await?;
-    let mut paid: Vec<Paid> = intents
+    let payments = audited
+        .list
+        .all(api, audited.payments, since, until)
+        .await?;
+    let mut paid: Vec<Paid> = payments
         .iter()
-        .filter(|intent| intent.get("status").and_then(Value::as_str) == Some("succeeded"))
-        .filter_map(|intent| paid(effects::stripe::payment_intent_credit(intent)))
+        .filter(|p| {
+            let status = p.get("status").and_then(Value::as_str);
+            status.is_some_and(|status| audited.paid.contains(&status))
+        })
+        .filter_map(|p| paid((audited.credit)(p)))
         .collect();
-    let refunds = stripe_list(api, "/v1/refunds", since, until).await?;
-    // A charge's amount_refunded, which the ledger debits, counts pending refunds too.
-    add_refunds(
-        &mut paid,
-        refunds,
-        "/payment_intent",
-        &["succeeded", "pending"],
-    );
+    let refunds = audited.list.all(api, "/v1/refunds", since, until).await?;
+    add_refunds(&mut paid, refunds, audited.refund_parent, audited.refunded);
     compare(
         api,
         pool,
-        provider,
+        audited.provider,
         paid,
         (since, until),
-        "/v1/payment_intents",
-        "succeeded",
+        audited.payments,
+        audited.succeeded,
     )
     .await
 }
 
-/// Razorpay: `GET /v1/payments` and `GET /v1/refunds` of the window.
-pub async fn razorpay(
-    api: &mut Api,
-    pool: &PgPool,
-    (since, until): (i64, i64),
-) -> anyhow::Result<Report> {
-    let provider = crate::providers::razorpay::PROVIDER;
-    let payments = razorpay_list(api, "/v1/payments", since, until).await?;
-    let mut paid: Vec<Paid> = payments
-        .iter()
-        .filter(|p| {
-            matches!(
-                p.get("status").and_then(Value::as_str),
-                Some("captured" | "refunded")
-            )
-        })
-        .filter_map(|p| paid(effects::razorpay::payment_credit(p)))
-        .collect();
-    let refunds = razorpay_list(api, "/v1/refunds", since, until).await?;
-    add_refunds(&mut paid, refunds, "/payment_id", &["processed"]);
-    compare(
-        api,
-        pool,
-        provider,
-        paid,
-        (since, until),
-        "/v1/payments",
-        "captured",
-    )
-    .await
+/// How a provider pages its lists.
+#[derive(Debug, Clone, Copy)]
+enum Listing {
+    Stripe,
+    Razorpay,
+}
+
+impl Listing {
+    /// Every object of the list at `path` created in `[since, until)`.
+    async fn all(
+        self,
+        api: &mut Api,
+        path: &str,
+        since: i64,
+        until: i64,
+    ) -> Result<Vec<Value>, ApiFailure> {
+        match self {
+            Listing::Stripe => stripe_list(api, path, since, until).await,
+            Listing::Razorpay => razorpay_list(api, path, since, until).await,
+        }
+    }
 }
 
 /// A succeeded payment as webhookd credits it (the effects' own reading,
