@@ -53,14 +53,6 @@ impl Effect {
         Effect::Rejected(reason.into())
     }
 
-    /// The plain credit this effect is, if crediting is all it does.
-    pub fn credit(&self) -> Option<&PlainCredit> {
-        match self {
-            Effect::Credit { credit, .. } => Some(credit),
-            _ => None,
-        }
-    }
-
     /// The guarded upsert of `next`, ordered by `event`'s own time.
     pub(super) fn subscription(next: Subscription, event: &Event) -> Result<Effect, Reason> {
         let event_time = event

@@ -58,10 +58,6 @@ impl Decoded {
     pub fn is_credit(&self) -> bool {
         matches!(self.effect, Effect::Credit { .. })
     }
-
-    pub fn into_event(self) -> Event {
-        self.event
-    }
 }
 
 /// Decodes `event`, once: its scheme's reading of its payload. An event its
