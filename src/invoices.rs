@@ -1,5 +1,7 @@
 //! Invoices announced: the natural key of `invoice.paid`, one announcement
-//! per invoice whatever the event id (the `invoices` table).
+//! per invoice whatever the event id (the `invoices` table); and the
+//! payments that pay an invoice (`invoice_payments`), whose money is the
+//! invoice's, never a wallet top-up.
 
 use sqlx::PgConnection;
 
@@ -44,4 +46,45 @@ pub async fn claim(
         true => Claimed::First,
         false => Claimed::AnnouncedBy(claimed.event_id),
     })
+}
+
+/// Records that payment `payment_id` of `provider` pays invoice
+/// `invoice_id`, as `event_id` says; the first link stays. Whether it is
+/// new. Call with the payment's credit lock held (the engine takes it).
+pub async fn link_payment(
+    conn: &mut PgConnection,
+    provider: &str,
+    payment_id: &str,
+    invoice_id: &str,
+    event_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let linked = sqlx::query!(
+        r#"
+        insert into invoice_payments (provider, payment_id, invoice_id, event_id)
+        values ($1, $2, $3, $4)
+        on conflict do nothing
+        "#,
+        provider,
+        payment_id,
+        invoice_id,
+        event_id,
+    )
+    .execute(conn)
+    .await?;
+    Ok(linked.rows_affected() == 1)
+}
+
+/// The invoice that payment `payment_id` of `provider` pays, if one is known.
+pub async fn paid_by(
+    conn: &mut PgConnection,
+    provider: &str,
+    payment_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        "select invoice_id from invoice_payments where provider = $1 and payment_id = $2",
+        provider,
+        payment_id,
+    )
+    .fetch_optional(conn)
+    .await?)
 }

@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod invoices;
 pub mod ledger;
 pub mod money;
+pub mod owners;
 pub mod outbox;
 pub mod payments;
 pub mod providers;

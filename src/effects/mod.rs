@@ -68,6 +68,7 @@ pub fn decode(event: Event) -> Decoded {
     testing::count(&event);
     let effect = match event.refusal() {
         Some(reason) => Effect::rejected(reason),
+        None if event.record_only() => Effect::Forward,
         None => match event.kind() {
             Kind::Stripe => stripe::decode(&event),
             Kind::Razorpay => razorpay::decode(&event),

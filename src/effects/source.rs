@@ -1,6 +1,7 @@
-//! Generic sources (Standard Webhooks, GitHub, Shopify): the effect is one
-//! outbox row `source.<name>` carrying the verified payload, claimed and
-//! written in the same transaction as the event.
+//! Generic sources (Standard Webhooks, GitHub, Shopify) and `record`
+//! sources of any scheme: the effect is one outbox row `source.<name>`
+//! carrying the verified payload, claimed and written in the same
+//! transaction as the event.
 
 use serde_json::json;
 use sqlx::PgConnection;
@@ -10,7 +11,7 @@ use crate::outbox;
 use crate::providers::Event;
 
 pub(super) async fn forward(conn: &mut PgConnection, event: &Event) -> Result<Applied, Error> {
-    let topic = format!("source.{}", event.provider());
+    let topic = format!("source.{}", event.source().unwrap_or(event.provider()));
     let message = outbox::Message {
         topic: &topic,
         provider: event.provider(),

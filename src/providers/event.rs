@@ -6,6 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::owners::Rule;
+
 use super::{
     Scope, SignatureError, UNKNOWN_TYPE, is_identifier, parse_object, payload, paypal, razorpay,
     stripe,
@@ -74,6 +76,24 @@ pub struct Event {
     /// Why its source's [`Scope`] does not take it ([`Event::within`]):
     /// it is then recorded `rejected` with this reason, touching nothing.
     pub(super) refusal: Option<String>,
+    /// The endpoint that received it and what that endpoint does with its
+    /// events ([`Receiver`]); `None`: the built-in source of its provider.
+    pub(super) receiver: Option<Arc<Receiver>>,
+}
+
+/// A configured source as the events it receives carry it: its name (the
+/// `source` column), whether it only records, and its owner rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receiver {
+    pub name: String,
+    /// `WEBHOOKD_SOURCE_<NAME>_EFFECTS=record`: verified, deduped, stored
+    /// and forwarded as `source.<name>`; no effect applied.
+    pub record_only: bool,
+    /// `WEBHOOKD_SOURCE_<NAME>_OWNER`; `None`: the scheme's default.
+    pub owner: Option<Rule>,
+    /// `WEBHOOKD_SOURCE_<NAME>_INVOICE_CREDITS=true`: a paid invoice also
+    /// credits its owner by `amount_paid` (Stripe).
+    pub invoice_credits: bool,
 }
 
 impl Event {
@@ -127,6 +147,41 @@ impl Event {
     pub fn within(self, scope: &Scope) -> Self {
         let refusal = scope.refusal(self.livemode, self.account.as_deref());
         Event { refusal, ..self }
+    }
+
+    /// The same event, as received by `receiver` (a configured source).
+    pub fn received_by(self, receiver: Option<Arc<Receiver>>) -> Self {
+        Event { receiver, ..self }
+    }
+
+    /// The source that received it: its name, `None` for the built-in one.
+    pub fn source(&self) -> Option<&str> {
+        self.receiver.as_ref().map(|r| r.name.as_str())
+    }
+
+    /// The source configuration it carries ([`Event::received_by`]).
+    pub fn receiver(&self) -> Option<&Arc<Receiver>> {
+        self.receiver.as_ref()
+    }
+
+    /// Whether its source only records its events (forwards them, applies
+    /// nothing).
+    pub fn record_only(&self) -> bool {
+        self.receiver.as_ref().is_some_and(|r| r.record_only)
+    }
+
+    /// Whether a paid invoice credits its owner ([`Receiver::invoice_credits`]).
+    pub fn invoice_credits(&self) -> bool {
+        self.receiver.as_ref().is_some_and(|r| r.invoice_credits)
+    }
+
+    /// Where its owner is written: its source's rule, else its scheme's
+    /// default ([`Rule::default_for`]).
+    pub fn owner_rule(&self) -> &Rule {
+        match self.receiver.as_ref().and_then(|r| r.owner.as_ref()) {
+            Some(rule) => rule,
+            None => Rule::default_for(self.kind),
+        }
     }
 
     /// The exact bytes that were verified.
@@ -263,6 +318,7 @@ impl Event {
             livemode: None,
             account: None,
             refusal: None,
+            receiver: None,
         }
     }
 
