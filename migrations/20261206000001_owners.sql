@@ -28,3 +28,8 @@ create table invoice_payments (
     created_at timestamptz not null default now(),
     primary key (provider, payment_id)
 );
+
+-- `subscriptions::attribute`: a customer's subscriptions still without an
+-- owner, given the one just learned.
+create index subscriptions_unowned_by_customer on subscriptions (provider, customer_id)
+    where user_id is null;

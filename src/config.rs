@@ -174,6 +174,12 @@ pub struct ServeSettings {
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub batch_concurrency: u32,
 
+    /// How long a payment whose owner is not known yet waits for the event
+    /// that brings it (a Checkout Session, a customer) before it is
+    /// rejected with reason `no owner` and announced as `payment.unowned`.
+    #[arg(long, env = "WEBHOOKD_OWNER_WAIT", value_parser = humantime::parse_duration, default_value = "72h")]
+    pub owner_wait: Duration,
+
     #[command(flatten)]
     pub connections: ConnectionSettings,
 

@@ -83,6 +83,29 @@ pub async fn upsert(
     })
 }
 
+/// Gives the subscriptions of `customer_id` that have no owner the owner
+/// just learned for that customer. Moves no money and keeps every
+/// subscription's state and order.
+pub async fn attribute(
+    conn: &mut PgConnection,
+    provider: &str,
+    customer_id: &str,
+    user_id: &str,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query!(
+        r#"
+        update subscriptions set user_id = $3
+        where provider = $1 and customer_id = $2 and user_id is null
+        "#,
+        provider,
+        customer_id,
+        user_id,
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// The stored state of `next`'s subscription, and the time of the event
 /// that wrote it.
 async fn stored(

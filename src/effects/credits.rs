@@ -12,7 +12,9 @@ use sqlx::PgConnection;
 
 use super::Decoded;
 use super::effect::{Applied, Effect, Error, PaymentRecord, PlainCredit};
+use super::teach::{Taught, teach};
 use crate::ledger::{self, EntryKind, NewEntry};
+use crate::owners::Subject;
 use crate::payments::{self, Recorded};
 use crate::providers::Event;
 use crate::{events, outbox};
@@ -126,11 +128,52 @@ async fn credit_all(
         .collect();
     let waiting = waiting_for(conn, &entries).await?;
     // Up to and including the first credit that events wait for.
-    let end = entries
+    let mut end = entries
         .iter()
         .position(|e| waiting.contains(&(e.provider, e.source_ref)))
         .map_or(entries.len(), |i| i + 1);
-    post_credits(conn, &entries[..end], &credits[..end], &waiting).await
+    // The customers the credits name teach their owner; one learned anew
+    // releases what waits for it, so it ends the run too.
+    let mut taught = Vec::with_capacity(end);
+    for (i, (event, credit)) in credits[..end].iter().enumerate() {
+        let mut learned = Taught::default();
+        if let Some(customer) = &credit.customer {
+            let (user_id, customer) = (&credit.user_id, customer.as_str());
+            teach(
+                conn,
+                event,
+                Subject::Customer,
+                customer,
+                user_id,
+                &mut learned,
+            )
+            .await?;
+        }
+        let new = learned.is_new();
+        taught.push(learned);
+        if new {
+            end = i + 1;
+            break;
+        }
+    }
+    let posted = post_credits(conn, &entries[..end], &credits[..end], &waiting).await?;
+    Ok(posted
+        .into_iter()
+        .zip(taught)
+        .map(|(applied, learned)| learned.onto(applied))
+        .collect())
+}
+
+/// Applies one credit as a run of one ([`credit_all`]).
+pub(super) async fn credit_one(
+    conn: &mut PgConnection,
+    event: &Event,
+    credit: &PlainCredit,
+) -> Result<Applied, Error> {
+    credit_all(conn, &[(event, credit)])
+        .await?
+        .pop()
+        .ok_or(Error::Invariant("a credit has no outcome"))
 }
 
 /// Posts and announces `entries`; the last may release what waits for it.
@@ -191,7 +234,7 @@ async fn post_credits(
             "applied_deferred": [],
         }));
         if waiting.contains(&(entry.provider, entry.source_ref)) {
-            credited.releases = Some(entry.source_ref.to_owned());
+            credited.releases.push(entry.source_ref.to_owned());
         }
         applied.push(credited);
     }

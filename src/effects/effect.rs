@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::db;
 use crate::events::Outcome;
+use crate::owners::Candidate;
 use crate::payments::Payment;
 use crate::providers::Event;
 use crate::subscriptions::Subscription;
@@ -30,6 +31,23 @@ pub enum Effect {
         credit: PlainCredit,
         payment: Option<PaymentRecord>,
     },
+    /// A credit whose owner is not written on it: found when it is applied,
+    /// by its candidates in order (the owner learned for its payment or its
+    /// customer); until one is known it waits (`deferred`).
+    Unowned {
+        credit: Owed,
+        candidates: Vec<Candidate>,
+    },
+    /// A payment that pays an invoice: the invoice's money, never a wallet
+    /// top-up. Recorded `ignored` with the invoice.
+    PaysInvoice { payment: String, invoice: String },
+    /// A Checkout Session completed, or its delayed payment settled.
+    Checkout(CheckoutSession),
+    /// An object that names an owner for a customer (Stripe's
+    /// `customer.created/updated` with the metadata key).
+    LearnCustomer { customer: String, user_id: String },
+    /// A payment that pays an invoice (`invoice_payment.paid`).
+    InvoicePayment { payment: String, invoice: String },
     /// Records a payment's status only (failed, pending, declined).
     Status(PaymentRecord),
     /// Stripe's `charge.succeeded`: the charge's row and its receipt.
@@ -76,6 +94,56 @@ pub struct PlainCredit {
     pub source_ref: String,
     /// Provider-specific fields for the `wallet.credited` payload.
     pub context: Value,
+    /// The provider's customer the payment names: `user_id` is learned as
+    /// its owner.
+    pub customer: Option<String>,
+}
+
+/// What a payment owes its owner, before the owner is known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owed {
+    pub currency: String,
+    pub amount_minor: i64,
+    /// The payment's id: the credit's natural key.
+    pub source_ref: String,
+    pub context: Value,
+    pub customer: Option<String>,
+}
+
+impl Owed {
+    /// The credit once `user_id` is known to own it.
+    pub fn to(&self, user_id: String) -> PlainCredit {
+        PlainCredit {
+            user_id,
+            currency: self.currency.clone(),
+            amount_minor: self.amount_minor,
+            source_ref: self.source_ref.clone(),
+            context: self.context.clone(),
+            customer: self.customer.clone(),
+        }
+    }
+}
+
+/// A Stripe Checkout Session event, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckoutSession {
+    pub id: String,
+    /// `payment`, `subscription` or `setup`.
+    pub mode: String,
+    pub payment_status: Option<String>,
+    pub payment_intent: Option<String>,
+    pub customer: Option<String>,
+    pub subscription: Option<String>,
+    /// The session's owner by its source's rule, in order.
+    pub owner: Vec<Candidate>,
+    /// What the session pays its owner (a paid `payment` session): keyed by
+    /// its payment intent, as `payment_intent.succeeded` is.
+    pub credit: Option<Owed>,
+    /// The outbox topic it announces when it credits nothing
+    /// (`checkout.completed`, `checkout.failed`).
+    pub announces: &'static str,
+    pub amount_total: Option<i64>,
+    pub currency: Option<&'static str>,
 }
 
 /// A payment's row as its event carries it, validated: its refunded amount
@@ -134,7 +202,10 @@ pub struct StripeInvoice {
     pub id: String,
     pub customer_id: Option<String>,
     pub subscription_id: Option<String>,
-    pub user_id: Option<String>,
+    /// Its owner by its source's rule, then its customer's learned owner.
+    pub owner: Vec<Candidate>,
+    /// The payment intent that paid it, when the API version names it.
+    pub payment_intent: Option<String>,
     pub amount_paid_minor: Option<i64>,
     pub currency: Option<&'static str>,
 }
@@ -193,10 +264,11 @@ impl Error {
 pub struct Applied {
     pub outcome: Outcome,
     pub detail: Value,
-    /// The key that events were deferred for and that this one brought (a
-    /// credit that refunds wait for): the engine applies them next, in the
-    /// same transaction, and lists them in `detail.applied_deferred`.
-    pub releases: Option<String>,
+    /// The keys that events were deferred for and that this one brought (a
+    /// credit that refunds wait for, an owner learned): the engine applies
+    /// them next, in the same transaction, and lists them in
+    /// `detail.applied_deferred`.
+    pub releases: Vec<String>,
 }
 
 impl Applied {
@@ -204,7 +276,7 @@ impl Applied {
         Applied {
             outcome,
             detail,
-            releases: None,
+            releases: Vec::new(),
         }
     }
 
@@ -228,6 +300,14 @@ impl Applied {
 
     pub fn superseded(detail: Value) -> Self {
         Applied::with(Outcome::Superseded, detail)
+    }
+
+    /// `detail.<key>` = `value`, on an object detail.
+    pub fn noting(mut self, key: &str, value: Value) -> Self {
+        if let Value::Object(detail) = &mut self.detail {
+            detail.insert(key.to_owned(), value);
+        }
+        self
     }
 
     pub fn deferred(waits_for: &str) -> Self {

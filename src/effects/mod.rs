@@ -9,10 +9,13 @@
 //!   take `&mut PgConnection`; they never open, commit or roll back a
 //!   transaction, never lock, and never read the payload.
 
+mod checkout;
 mod credits;
 mod effect;
 mod fields;
 mod invoices;
+mod learning;
+mod owner;
 pub mod paypal;
 pub mod razorpay;
 mod receipts;
@@ -20,15 +23,17 @@ mod refunds;
 mod source;
 pub mod stripe;
 mod subscription;
+mod teach;
 
 use sqlx::PgConnection;
 
+use crate::owners::{self, Candidate, Subject};
 use crate::providers::{Event, Kind};
 
 pub use credits::apply_credits;
 pub use effect::{
-    Applied, Effect, Error, OwnRefund, PaymentRecord, PlainCredit, Reason, RefundRow, StripeCharge,
-    StripeInvoice,
+    Applied, CheckoutSession, Effect, Error, Owed, OwnRefund, PaymentRecord, PlainCredit, Reason,
+    RefundRow, StripeCharge, StripeInvoice,
 };
 
 /// An event with what it does and the locks it needs, decoded once
@@ -94,10 +99,12 @@ pub fn decode(event: Event) -> Decoded {
 // Every row an effect writes is covered by one of its keys: a credit, the
 // refunds that debit it and the payment rows of that payment by
 // `credit:{payment}`; a subscription by `subscription:{id}`; an invoice's
-// `invoice.paid` by `invoice:{id}`; a wallet by its own lock (taken after
-// all keys, since a refund's wallet is its credit's, known once the
-// credit's key is held). So two transactions never wait for each other's
-// rows while holding keys the other needs.
+// `invoice.paid` by `invoice:{id}`; an owner learned for a payment by the
+// payment's credit key, for a customer by `customer:{id}`; a wallet by its
+// own lock (taken after all keys, since a refund's wallet is its credit's,
+// and a learned owner's is known once the owner's key is held). So two
+// transactions never wait for each other's rows while holding keys the
+// other needs.
 
 /// The lock class of [`Plan::keys`]: before wallets
 /// ([`crate::ledger::WALLET_LOCK_CLASS`]).
@@ -113,6 +120,10 @@ pub struct Plan {
     /// The payment whose credit it debits (a refund): its wallet is locked
     /// too, once the credit's key is held.
     pub debits: Option<String>,
+    /// A credit whose owner is learned, not written on it: the wallet in
+    /// this currency of the first candidate that yields an owner
+    /// ([`owners::resolve`]) is locked too, once the keys are held.
+    pub finds_owner: Option<(Vec<Candidate>, String)>,
 }
 
 impl Plan {
@@ -123,13 +134,56 @@ impl Plan {
             keys: vec![key],
             ..Plan::default()
         };
+        let customer = |id: &Option<String>| {
+            id.as_deref()
+                .map(|id| owners::lock_key(provider, Subject::Customer, id))
+        };
         match effect {
-            Effect::Rejected(_) | Effect::Ignored(_) | Effect::Forward => Plan::default(),
+            Effect::Rejected(_)
+            | Effect::Ignored(_)
+            | Effect::Forward
+            | Effect::PaysInvoice { .. } => Plan::default(),
             Effect::Credit { credit, .. } => Plan {
-                keys: vec![credit_key(provider, &credit.source_ref)],
+                keys: [credit_key(provider, &credit.source_ref)]
+                    .into_iter()
+                    .chain(customer(&credit.customer))
+                    .collect(),
                 wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
-                debits: None,
+                ..Plan::default()
             },
+            Effect::Unowned { credit, candidates } => {
+                let mut plan = keyed(credit_key(provider, &credit.source_ref));
+                plan.learns(provider, candidates);
+                plan.finds_owner = Some((candidates.clone(), credit.currency.clone()));
+                plan
+            }
+            Effect::Checkout(session) => {
+                let mut plan = Plan::default();
+                plan.keys.extend(
+                    session
+                        .payment_intent
+                        .as_deref()
+                        .map(|intent| credit_key(provider, intent)),
+                );
+                plan.keys.extend(customer(&session.customer));
+                plan.learns(provider, &session.owner);
+                if let Some(credit) = &session.credit {
+                    match owner::first_named(&session.owner) {
+                        Some(user_id) => plan
+                            .wallets
+                            .push((user_id.to_owned(), credit.currency.clone())),
+                        None => {
+                            plan.finds_owner =
+                                Some((session.owner.clone(), credit.currency.clone()))
+                        }
+                    }
+                }
+                plan
+            }
+            Effect::LearnCustomer { customer: id, .. } => {
+                keyed(owners::lock_key(provider, Subject::Customer, id))
+            }
+            Effect::InvoicePayment { payment, .. } => keyed(credit_key(provider, payment)),
             Effect::Status(payment) => keyed(credit_key(provider, &payment.payment_id)),
             // A charge's row is written under its intent's key, as its
             // refunds are.
@@ -142,9 +196,34 @@ impl Plan {
                 debiting(provider, intent)
             }
             Effect::Refund { refund, .. } => debiting(provider, &refund.payment_id),
-            Effect::InvoicePaid(invoice) => keyed(invoice_key(provider, &invoice.id)),
-            Effect::Subscription { next, .. } => {
-                keyed(subscription_key(provider, &next.subscription_id))
+            Effect::InvoicePaid(invoice) => Plan {
+                keys: [invoice_key(provider, &invoice.id)]
+                    .into_iter()
+                    .chain(
+                        invoice
+                            .payment_intent
+                            .as_deref()
+                            .map(|intent| credit_key(provider, intent)),
+                    )
+                    .collect(),
+                ..Plan::default()
+            },
+            Effect::Subscription { next, .. } => Plan {
+                keys: [subscription_key(provider, &next.subscription_id)]
+                    .into_iter()
+                    .chain(customer(&next.customer_id))
+                    .collect(),
+                ..Plan::default()
+            },
+        }
+    }
+
+    /// Adds the keys of the learned owners `candidates` read.
+    fn learns(&mut self, provider: &str, candidates: &[Candidate]) {
+        for (subject, id) in candidates.iter().filter_map(Candidate::learned) {
+            let key = owners::lock_key(provider, subject, id);
+            if !self.keys.contains(&key) {
+                self.keys.push(key);
             }
         }
     }
@@ -183,6 +262,22 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .await?
             .pop()
             .ok_or(Error::Invariant("a credit has no outcome")),
+        Effect::Unowned { credit, candidates } => {
+            learning::credit_unowned(conn, event, credit, candidates).await
+        }
+        Effect::PaysInvoice { invoice, .. } => Ok(learning::pays_invoice(invoice)),
+        Effect::Checkout(session) => checkout::apply(conn, event, session).await,
+        Effect::LearnCustomer { customer, user_id } => {
+            teach::learn_customer(conn, event, customer, user_id).await
+        }
+        Effect::InvoicePayment { payment, invoice } => {
+            let mut linked = Applied::processed(serde_json::json!({
+                "payment_intent": payment,
+                "invoice_id": invoice,
+            }));
+            linked.releases = learning::link_invoice(conn, event, payment, invoice).await?;
+            Ok(linked)
+        }
         Effect::Status(payment) => credits::record_status(conn, event, payment).await,
         Effect::Receipt(charge) => receipts::record_charge(conn, event, charge).await,
         Effect::ChargeRefund(charge) => refunds::debit_charge_refund(conn, event, charge).await,

@@ -70,6 +70,7 @@ fn captured_entity(entity: &Value) -> Result<(PaymentRecord, PlainCredit), Reaso
         amount_minor: payment.amount_minor,
         source_ref: payment.payment_id.clone(),
         context: json!({ "payment_id": payment.payment_id, "order_id": payment.payment_ref }),
+        customer: None,
     };
     Ok((payment, credit))
 }

@@ -1,12 +1,19 @@
 //! Stripe's decoder (the README's "What each Stripe event does"). The
-//! wallet owner is `metadata.user_id` on the event's object.
+//! wallet owner is found by the source's owner rule (by default
+//! `metadata.user_id` on the event's object, then the Checkout Session's
+//! `client_reference_id` learned for the payment intent).
 //!
 //! | event type | effect |
 //! |---|---|
-//! | `payment_intent.succeeded` | credit `amount_received` (else `amount`), keyed by the intent |
+//! | `payment_intent.succeeded` | credit `amount_received` (else `amount`), keyed by the intent; waits for its owner when none is written on it; the invoice's when it pays one |
 //! | `charge.succeeded` | upsert the payment, `payment.receipt` |
 //! | `charge.refunded` | debit what this charge has not debited yet |
-//! | `invoice.paid` | `invoice.paid`, once per invoice |
+//! | `checkout.session.completed` | learn owners; a paid `payment` session credits `amount_total`, keyed by its intent; else `checkout.completed` |
+//! | `checkout.session.async_payment_succeeded` | learn owners, credit as above |
+//! | `checkout.session.async_payment_failed` | `checkout.failed` |
+//! | `customer.created/updated` | learn the customer's owner from its metadata |
+//! | `invoice.paid` | `invoice.paid` with its owner, once per invoice |
+//! | `invoice_payment.paid` | the payment intent is the invoice's |
 //! | `customer.subscription.created/updated/deleted` | guarded upsert, `subscription.changed` |
 //!
 //! A new type is one row of [`DECODERS`] and, when its effect is a new
@@ -14,12 +21,15 @@
 
 use serde_json::{Value, json};
 
-use super::effect::{Effect, PaymentRecord, PlainCredit, Reason, StripeCharge, StripeInvoice};
-use super::fields::{
-    currency_at, id_at, loose_id_at, loose_ident_at, owner_at, refund_status, required_ident,
-    str_at, unix_at,
+use super::effect::{
+    CheckoutSession, Effect, Owed, PaymentRecord, PlainCredit, Reason, StripeCharge, StripeInvoice,
 };
+use super::fields::{
+    currency_at, id_at, loose_id_at, loose_ident_at, refund_status, required_ident, str_at, unix_at,
+};
+use super::owner::{Clues, candidates, first_named, named};
 use crate::money::currency;
+use crate::owners::{Candidate, Rule};
 use crate::providers::Event;
 use crate::subscriptions::Subscription;
 
@@ -28,8 +38,14 @@ pub use crate::providers::stripe::PROVIDER;
 type Decoder = fn(&Event) -> Result<Effect, Reason>;
 
 /// Each event type with an effect, and how its payload becomes one.
-const DECODERS: [(&str, Decoder); 7] = [
+const DECODERS: [(&str, Decoder); 13] = [
     ("payment_intent.succeeded", payment_intent),
+    ("checkout.session.completed", checkout),
+    ("checkout.session.async_payment_succeeded", checkout),
+    ("checkout.session.async_payment_failed", checkout),
+    ("customer.created", customer),
+    ("customer.updated", customer),
+    ("invoice_payment.paid", invoice_payment),
     ("charge.succeeded", |event| {
         Ok(Effect::Receipt(charge(event)?))
     }),
@@ -56,11 +72,15 @@ const fn types<const N: usize>(decoders: [(&'static str, Decoder); N]) -> [&'sta
     types
 }
 
-/// The credit a succeeded PaymentIntent object gives its owner, as
-/// `payment_intent.succeeded` applies it: what an audit against Stripe's
-/// own list expects in the ledger.
-pub fn payment_intent_credit(intent: &Value) -> Result<PlainCredit, Reason> {
-    intent_credit(intent)
+/// The credit a succeeded PaymentIntent object gives the owner written on
+/// it by the default rule, as `payment_intent.succeeded` applies it: what
+/// an audit against Stripe's own list expects in the ledger. `Ok(None)`:
+/// its owner is not written on it (a Checkout payment's is learned).
+pub fn payment_intent_credit(intent: &Value) -> Result<Option<PlainCredit>, Reason> {
+    let owed = intent_owed(intent)?;
+    let rule = Rule::stripe_default();
+    let found = candidates(rule, intent, intent_clues(&owed))?;
+    Ok(first_named(&found).map(|owner| owed.to(owner.to_owned())))
 }
 
 /// What `event` does.
@@ -77,24 +97,57 @@ pub(super) fn decode(event: &Event) -> Effect {
 // Stripe's objects as the effects read them, validated: every id an
 // identifier, every currency ISO 4217, no refund above its charge.
 
-/// `payment_intent.succeeded`: credits `metadata.user_id` with
-/// `amount_received` (else `amount`), keyed by the intent.
+/// `payment_intent.succeeded`: credits its owner with `amount_received`
+/// (else `amount`), keyed by the intent. An intent that pays an invoice is
+/// the invoice's; one whose owner is not written on it waits for it.
 fn payment_intent(event: &Event) -> Result<Effect, Reason> {
-    Ok(Effect::Credit {
-        credit: intent_credit(event.object())?,
-        payment: None,
+    let object = event.object();
+    let owed = intent_owed(object)?;
+    // Older API versions name the invoice an intent pays on the intent.
+    if let Some(invoice) = loose_id_at(object, "/invoice") {
+        return Ok(Effect::PaysInvoice {
+            payment: owed.source_ref,
+            invoice: invoice.to_owned(),
+        });
+    }
+    let rule = event.owner_rule();
+    let found = candidates(rule, object, intent_clues(&owed))?;
+    Ok(match first_named(&found) {
+        Some(owner) => Effect::Credit {
+            credit: owed.to(owner.to_owned()),
+            payment: None,
+        },
+        None if found.is_empty() => {
+            return Err(format!(
+                "payment intent has no {}",
+                rule.to_string().replace(',', " or ")
+            ));
+        }
+        None => Effect::Unowned {
+            credit: owed,
+            candidates: found,
+        },
     })
 }
 
-fn intent_credit(object: &Value) -> Result<PlainCredit, Reason> {
+/// What an intent's owner rule reads: its metadata, its own id (for the
+/// owner a Checkout Session taught), its customer.
+fn intent_clues(owed: &Owed) -> Clues<'_> {
+    Clues {
+        metadata: &["/metadata"],
+        payment: Some(&owed.source_ref),
+        customer: owed.customer.as_deref(),
+        ..Clues::default()
+    }
+}
+
+fn intent_owed(object: &Value) -> Result<Owed, Reason> {
     let id = required_ident(
         object,
         "/id",
         "payment intent id",
         "payment intent has no id",
     )?;
-    let user_id =
-        owner_at(object, "/metadata/user_id")?.ok_or("payment intent has no metadata.user_id")?;
     let amount_minor = object
         .get("amount_received")
         .filter(|amount| !amount.is_null())
@@ -102,13 +155,123 @@ fn intent_credit(object: &Value) -> Result<PlainCredit, Reason> {
         .and_then(Value::as_i64)
         .filter(|amount| *amount > 0)
         .ok_or("payment intent has no positive integer amount_received or amount")?;
-    Ok(PlainCredit {
-        user_id: user_id.to_owned(),
+    Ok(Owed {
         currency: currency_at(object, "/currency", "payment intent")?.to_owned(),
         amount_minor,
         source_ref: id.to_owned(),
         context: json!({ "payment_intent": id }),
+        customer: loose_id_at(object, "/customer").map(str::to_owned),
     })
+}
+
+/// `checkout.session.*`: a Checkout Session (Payment Links make them too).
+/// A paid `payment` session credits its owner by `amount_total`, keyed by
+/// its payment intent; every session teaches its owner for its payment
+/// intent and customer.
+fn checkout(event: &Event) -> Result<Effect, Reason> {
+    let object = event.object();
+    let id = required_ident(
+        object,
+        "/id",
+        "checkout session id",
+        "checkout session has no id",
+    )?;
+    let mode = loose_ident_at(object, "/mode").unwrap_or("payment");
+    let payment_status = loose_ident_at(object, "/payment_status");
+    let payment_intent = id_at(object, "/payment_intent", "checkout session payment_intent")?;
+    let customer = id_at(object, "/customer", "checkout session customer")?;
+    let owner = candidates(
+        event.owner_rule(),
+        object,
+        Clues {
+            metadata: &["/metadata"],
+            client_reference_id: Some("/client_reference_id"),
+            customer,
+            ..Clues::default()
+        },
+    )?;
+    let currency = str_at(object, "/currency").and_then(currency);
+    let amount_total = object.pointer("/amount_total").and_then(Value::as_i64);
+    let failed = event.event_type() == "checkout.session.async_payment_failed";
+    let pays = mode == "payment"
+        && !failed
+        && (event.event_type() == "checkout.session.async_payment_succeeded"
+            || payment_status == Some("paid"));
+    let credit = match (pays, payment_intent) {
+        (true, Some(intent)) => Some(Owed {
+            currency: currency
+                .ok_or("checkout session has no ISO 4217 currency with a minor unit")?
+                .to_owned(),
+            amount_minor: amount_total
+                .filter(|amount| *amount > 0)
+                .ok_or("a paid checkout session has no positive integer amount_total")?,
+            source_ref: intent.to_owned(),
+            context: json!({ "payment_intent": intent, "checkout_session": id }),
+            // The session teaches its customer's owner itself.
+            customer: None,
+        }),
+        _ => None,
+    };
+    Ok(Effect::Checkout(CheckoutSession {
+        id: id.to_owned(),
+        mode: mode.to_owned(),
+        payment_status: payment_status.map(str::to_owned),
+        payment_intent: payment_intent.map(str::to_owned),
+        customer: customer.map(str::to_owned),
+        subscription: loose_id_at(object, "/subscription").map(str::to_owned),
+        owner,
+        credit,
+        announces: if failed {
+            "checkout.failed"
+        } else {
+            "checkout.completed"
+        },
+        amount_total,
+        currency,
+    }))
+}
+
+/// `customer.created/updated`: a customer whose metadata names its owner
+/// teaches it.
+fn customer(event: &Event) -> Result<Effect, Reason> {
+    let object = event.object();
+    let id = required_ident(object, "/id", "customer id", "customer has no id")?;
+    let found = candidates(
+        event.owner_rule(),
+        object,
+        Clues {
+            metadata: &["/metadata"],
+            ..Clues::default()
+        },
+    )?;
+    Ok(match first_named(&found) {
+        Some(owner) => Effect::LearnCustomer {
+            customer: id.to_owned(),
+            user_id: owner.to_owned(),
+        },
+        None => Effect::Ignored("the customer's metadata names no owner"),
+    })
+}
+
+/// `invoice_payment.paid`: the payment intent that paid an invoice is the
+/// invoice's (current API versions join them only here).
+fn invoice_payment(event: &Event) -> Result<Effect, Reason> {
+    let object = event.object();
+    let invoice = id_at(object, "/invoice", "invoice payment invoice")?
+        .ok_or("invoice payment has no invoice")?;
+    Ok(
+        match id_at(
+            object,
+            "/payment/payment_intent",
+            "invoice payment payment_intent",
+        )? {
+            Some(intent) => Effect::InvoicePayment {
+                payment: intent.to_owned(),
+                invoice: invoice.to_owned(),
+            },
+            None => Effect::Ignored("the invoice was not paid by a payment intent"),
+        },
+    )
 }
 
 /// A charge object (`charge.succeeded`, `charge.refunded`), validated: its
@@ -164,15 +327,31 @@ fn charge_refund(event: &Event) -> Result<Effect, Reason> {
     Ok(Effect::ChargeRefund(charge))
 }
 
-/// An `invoice.paid` object, validated.
+/// An `invoice.paid` object, validated: its owner is the one its metadata
+/// names by the source's rule, else its customer's learned one.
 fn invoice(event: &Event) -> Result<StripeInvoice, Reason> {
     let object = event.object();
     let owned = |id: Option<&str>| id.map(str::to_owned);
+    let customer_id = loose_id_at(object, "/customer");
+    let mut owner: Vec<Candidate> = named(event.owner_rule(), object, "/metadata")
+        .map(Candidate::Named)
+        .into_iter()
+        .collect();
+    owner.extend(customer_id.map(|c| Candidate::Customer(c.to_owned())));
+    let payment_intent = match id_at(object, "/payment_intent", "invoice payment_intent")? {
+        Some(intent) => Some(intent),
+        None => id_at(
+            object,
+            "/payments/data/0/payment/payment_intent",
+            "invoice payment_intent",
+        )?,
+    };
     Ok(StripeInvoice {
         id: required_ident(object, "/id", "invoice id", "invoice has no id")?.to_owned(),
-        customer_id: owned(loose_id_at(object, "/customer")),
+        customer_id: owned(customer_id),
         subscription_id: owned(loose_id_at(object, "/subscription")),
-        user_id: owned(loose_ident_at(object, "/metadata/user_id")),
+        owner,
+        payment_intent: owned(payment_intent),
         amount_paid_minor: object.pointer("/amount_paid").and_then(Value::as_i64),
         currency: str_at(object, "/currency").and_then(currency),
     })
@@ -181,17 +360,17 @@ fn invoice(event: &Event) -> Result<StripeInvoice, Reason> {
 /// `customer.subscription.*`: the guarded upsert, ordered by the event's
 /// `created`.
 fn subscription(event: &Event) -> Result<Effect, Reason> {
-    let next = parse_subscription(event.object())?;
+    let next = parse_subscription(event.object(), event.owner_rule())?;
     Effect::subscription(next, event)
 }
 
-fn parse_subscription(object: &Value) -> Result<Subscription, Reason> {
+fn parse_subscription(object: &Value, rule: &Rule) -> Result<Subscription, Reason> {
     let missing = "subscription has no id or status";
     Ok(Subscription {
         provider: PROVIDER.to_owned(),
         subscription_id: required_ident(object, "/id", "subscription id", missing)?.to_owned(),
         customer_id: loose_id_at(object, "/customer").map(str::to_owned),
-        user_id: loose_ident_at(object, "/metadata/user_id").map(str::to_owned),
+        user_id: named(rule, object, "/metadata"),
         status: required_ident(object, "/status", "subscription status", missing)?.to_owned(),
         plan_id: loose_ident_at(object, "/items/data/0/price/id")
             .or_else(|| loose_ident_at(object, "/plan/id"))
@@ -210,24 +389,34 @@ mod tests {
     fn a_payment_intent_prefers_amount_received() {
         let object = json!({"id": "pi_1", "amount": 500, "amount_received": 400,
                             "currency": "usd", "metadata": {"user_id": "u1"}});
-        let intent = intent_credit(&object).unwrap();
+        let intent = payment_intent_credit(&object).unwrap().unwrap();
         assert_eq!(
             (intent.amount_minor, intent.currency.as_str()),
             (400, "USD")
         );
         let object =
             json!({"id": "pi_1", "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}});
-        assert_eq!(intent_credit(&object).unwrap().amount_minor, 500);
+        assert_eq!(
+            payment_intent_credit(&object)
+                .unwrap()
+                .unwrap()
+                .amount_minor,
+            500
+        );
         let object = json!({"id": "pi_1", "amount": 500, "amount_received": null,
                             "currency": "usd", "metadata": {"user_id": "u1"}});
-        assert_eq!(intent_credit(&object).unwrap().amount_minor, 500);
+        assert_eq!(
+            payment_intent_credit(&object)
+                .unwrap()
+                .unwrap()
+                .amount_minor,
+            500
+        );
     }
 
     #[test]
     fn malformed_payment_intents_are_refused_with_a_reason() {
         for object in [
-            json!({"id": "pi_1", "amount": 500, "currency": "usd", "metadata": {}}),
-            json!({"id": "pi_1", "amount": 500, "currency": "usd"}),
             json!({"id": "pi_1", "amount": "500", "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!({"id": "pi_1", "amount": -5, "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!({"id": "pi_1", "amount": 500, "currency": "dollars", "metadata": {"user_id": "u1"}}),
@@ -237,7 +426,7 @@ mod tests {
             json!({"amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!("not an object"),
         ] {
-            assert!(intent_credit(&object).is_err(), "{object}");
+            assert!(payment_intent_credit(&object).is_err(), "{object}");
         }
     }
 }

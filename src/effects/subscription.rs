@@ -7,13 +7,50 @@ use sqlx::PgConnection;
 
 use super::effect::{Applied, Error};
 use super::subscription_key;
+use super::teach::{Taught, teach};
 use crate::outbox;
+use crate::owners::{self, Subject};
 use crate::providers::Event;
 use crate::subscriptions::{self, Subscription, Upserted};
 
 /// The guarded subscription upsert, ordered by the event's own time, and its
-/// `subscription.changed` announcement when the state changed.
+/// `subscription.changed` announcement when the state changed. Its owner is
+/// the one its metadata names, which it teaches for its customer, else its
+/// customer's learned one.
 pub(super) async fn apply(
+    conn: &mut PgConnection,
+    event: &Event,
+    next: &Subscription,
+    event_time: i64,
+) -> Result<Applied, Error> {
+    let mut taught = Taught::default();
+    let mut attributed = None;
+    match (&next.user_id, &next.customer_id) {
+        (Some(user_id), Some(customer)) => {
+            teach(
+                conn,
+                event,
+                Subject::Customer,
+                customer,
+                user_id,
+                &mut taught,
+            )
+            .await?;
+        }
+        (None, Some(customer)) => {
+            let owner = owners::of(conn, event.provider(), Subject::Customer, customer).await?;
+            attributed = owner.map(|user_id| Subscription {
+                user_id: Some(user_id),
+                ..next.clone()
+            });
+        }
+        (_, None) => {}
+    }
+    let next = attributed.as_ref().unwrap_or(next);
+    Ok(taught.onto(upsert(conn, event, next, event_time).await?))
+}
+
+async fn upsert(
     conn: &mut PgConnection,
     event: &Event,
     next: &Subscription,

@@ -2,8 +2,9 @@
 //! dependency (`deferred_events`): all of their SQL.
 
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
+use crate::db;
 use crate::providers::Event;
 
 mod browse;
@@ -280,7 +281,7 @@ pub async fn defer(
 }
 
 /// A stored event, as it was received.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {
     pub provider: String,
     pub event_id: String,
@@ -311,4 +312,75 @@ pub async fn take_deferred(
     )
     .fetch_all(conn)
     .await
+}
+
+/// An event waiting for its owner since `since` (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerWait {
+    pub provider: String,
+    pub event_id: String,
+}
+
+/// The events that have waited for an owner (`waits_for` `owner:…`) since
+/// before `cutoff` (Unix seconds), oldest first, at most `limit`.
+pub async fn owner_waits_before(
+    pool: &PgPool,
+    cutoff: i64,
+    limit: i64,
+) -> Result<Vec<OwnerWait>, sqlx::Error> {
+    let query = sqlx::query_as!(
+        OwnerWait,
+        r#"
+        select provider, event_id from deferred_events
+        where starts_with(waits_for, 'owner:') and created_at < to_timestamp($1::bigint)
+        order by created_at
+        limit $2
+        "#,
+        cutoff,
+        limit,
+    );
+    db::read_only(pool).all(query).await
+}
+
+/// An owner's wait taken for good: the event, what it waited for, since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenWait {
+    pub event: StoredEvent,
+    pub waits_for: String,
+    pub since: db::Timestamp,
+}
+
+/// Removes the owner's wait of event `event_id`, if it still waits for one
+/// (an event that brought the owner may have released it first).
+pub async fn take_owner_wait(
+    conn: &mut PgConnection,
+    provider: &str,
+    event_id: &str,
+) -> Result<Option<TakenWait>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        with taken as (
+            delete from deferred_events
+            where provider = $1 and event_id = $2 and starts_with(waits_for, 'owner:')
+            returning provider, event_id, waits_for, created_at
+        )
+        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!",
+               t.waits_for, t.created_at as "since: db::Timestamp"
+        from taken t join processed_events e using (provider, event_id)
+        "#,
+        provider,
+        event_id,
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|row| TakenWait {
+        event: StoredEvent {
+            provider: row.provider,
+            event_id: row.event_id,
+            event_type: row.event_type,
+            payload: row.payload,
+        },
+        waits_for: row.waits_for,
+        since: row.since,
+    }))
 }

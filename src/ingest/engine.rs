@@ -12,7 +12,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use super::{Error, release};
 use crate::effects::{self, Applied, Decoded, KEY_LOCK_CLASS};
 use crate::events::{self, Claim, Lock, Outcome, Recorded};
-use crate::{db, ledger, outbox};
+use crate::{db, ledger, outbox, owners};
 
 /// How a transaction of many events begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -188,7 +188,7 @@ async fn apply_in_order(
             return Err(effects::Error::Invariant("a run of credits answered none"));
         }
         for (unit, result) in rest.iter().zip(done.iter_mut()) {
-            if result.releases.is_some() {
+            if !result.releases.is_empty() {
                 release::waiting(conn, unit.event(), result).await?;
             }
         }
@@ -219,7 +219,10 @@ async fn claim_and_lock(
     units: &[&Decoded],
 ) -> Result<Vec<usize>, sqlx::Error> {
     let claiming = !claims.is_empty();
-    let debits = units.iter().any(|unit| unit.plan().debits.is_some());
+    let debits = units.iter().any(|unit| {
+        let plan = unit.plan();
+        plan.debits.is_some() || plan.finds_owner.is_some()
+    });
     let owner = |i: usize| claiming.then_some(i);
     let locks = locks(units, owner, !debits);
     let claimed = events::claim_and_lock(conn, claims, &locks).await?;
@@ -260,14 +263,24 @@ fn locks(
     locks
 }
 
-/// Locks every wallet `units` credit or debit, in one sorted sweep.
+/// Locks every wallet `units` credit or debit, in one sorted sweep: a
+/// learned owner's is found first, with its key held.
 async fn lock_wallets(conn: &mut PgConnection, units: &[&Decoded]) -> Result<(), sqlx::Error> {
+    let mut found = Vec::new();
+    for unit in units {
+        if let Some((candidates, currency)) = &unit.plan().finds_owner
+            && let Some(owner) = owners::resolve(conn, unit.event().provider(), candidates).await?
+        {
+            found.push((owner, currency.as_str()));
+        }
+    }
     let wallets: Vec<(&str, &str)> = units
         .iter()
         .flat_map(|unit| {
             let wallets = &unit.plan().wallets;
             wallets.iter().map(|(u, c)| (u.as_str(), c.as_str()))
         })
+        .chain(found.iter().map(|(u, c)| (u.as_str(), *c)))
         .collect();
     let debited: Vec<(&str, &str)> = units
         .iter()

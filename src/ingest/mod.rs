@@ -15,6 +15,7 @@ mod engine;
 mod error;
 mod gap;
 mod one;
+pub mod owner_wait;
 mod receipt;
 mod release;
 mod replay;

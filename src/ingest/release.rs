@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde_json::Value;
 use sqlx::PgConnection;
@@ -14,7 +15,7 @@ use sqlx::PgConnection;
 use super::error;
 use crate::effects::{self, Applied, Error};
 use crate::events;
-use crate::providers::Event;
+use crate::providers::{Event, Receiver};
 
 /// Applies what `applied` (the result of `event`) releases, if anything,
 /// listing their ids in its `applied_deferred`.
@@ -23,10 +24,12 @@ pub(super) async fn waiting(
     event: &Event,
     applied: &mut Applied,
 ) -> Result<(), Error> {
-    let Some(key) = applied.releases.take() else {
+    let keys = std::mem::take(&mut applied.releases);
+    if keys.is_empty() {
         return Ok(());
-    };
-    let released = release(conn, event.provider(), key, event.event_id().to_owned()).await?;
+    }
+    let by = event.event_id();
+    let released = release_all(conn, event.provider(), event.receiver(), keys, by).await?;
     if let Value::Object(detail) = &mut applied.detail {
         detail.insert("applied_deferred".into(), released.into());
     }
@@ -35,52 +38,57 @@ pub(super) async fn waiting(
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
-/// Applies, oldest first, the events deferred until `waits_for` existed,
-/// recording each one's outcome with `applied_by`. Returns their event
-/// ids. Boxed, because an event released can release others.
-fn release<'a>(
+/// Applies, oldest first, the events deferred until each of `keys`
+/// existed, recording each one's outcome with `applied_by`. Returns their
+/// event ids. A waiting event is read by the owner rule of the source that
+/// released it (`receiver`): they are one provider's. Boxed, because an
+/// event released can release others.
+fn release_all<'a>(
     conn: &'a mut PgConnection,
-    provider: &str,
-    waits_for: String,
-    by_event_id: String,
+    provider: &'a str,
+    receiver: Option<&'a Arc<Receiver>>,
+    keys: Vec<String>,
+    by_event_id: &'a str,
 ) -> Boxed<'a, Vec<String>> {
-    let provider = provider.to_owned();
     Box::pin(async move {
         let mut released = Vec::new();
-        for stored in events::take_deferred(conn, &provider, &waits_for).await? {
-            let waiting = Event::from_stored(
-                &stored.provider,
-                &stored.event_id,
-                &stored.event_type,
-                stored.payload.into(),
-            );
-            let mut result = match waiting {
-                Ok(waiting) => {
-                    let unit = effects::decode(waiting);
-                    let mut result = apply_isolated(conn, &unit).await?;
-                    if let Some(key) = result.releases.take() {
-                        let by = stored.event_id.clone();
-                        let more = release(conn, &provider, key, by).await?;
-                        if let Value::Object(detail) = &mut result.detail {
-                            detail.insert("applied_deferred".into(), more.into());
+        for waits_for in keys {
+            for stored in events::take_deferred(conn, provider, &waits_for).await? {
+                let waiting = Event::from_stored(
+                    &stored.provider,
+                    &stored.event_id,
+                    &stored.event_type,
+                    stored.payload.into(),
+                );
+                let mut result = match waiting {
+                    Ok(waiting) => {
+                        let unit = effects::decode(waiting.received_by(receiver.cloned()));
+                        let mut result = apply_isolated(conn, &unit).await?;
+                        let more = std::mem::take(&mut result.releases);
+                        if !more.is_empty() {
+                            let by = stored.event_id.as_str();
+                            let more = release_all(conn, provider, receiver, more, by).await?;
+                            if let Value::Object(detail) = &mut result.detail {
+                                detail.insert("applied_deferred".into(), more.into());
+                            }
                         }
+                        result
                     }
-                    result
+                    Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
+                };
+                if let Value::Object(detail) = &mut result.detail {
+                    detail.insert("applied_by".into(), by_event_id.into());
                 }
-                Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
-            };
-            if let Value::Object(detail) = &mut result.detail {
-                detail.insert("applied_by".into(), by_event_id.as_str().into());
+                events::record_outcome(
+                    conn,
+                    provider,
+                    &stored.event_id,
+                    result.outcome,
+                    &result.detail,
+                )
+                .await?;
+                released.push(stored.event_id);
             }
-            events::record_outcome(
-                conn,
-                &provider,
-                &stored.event_id,
-                result.outcome,
-                &result.detail,
-            )
-            .await?;
-            released.push(stored.event_id);
         }
         Ok(released)
     })

@@ -4,8 +4,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-
-use crate::providers::Kind;
+use std::sync::OnceLock;
 
 /// One place an owner may be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,21 +27,24 @@ pub enum Place {
 pub struct Rule(Vec<Place>);
 
 impl Rule {
-    /// The contract's default for a scheme: Stripe
-    /// `metadata.user_id,client_reference_id`, Razorpay `metadata.user_id`,
-    /// PayPal `custom_id`.
-    pub fn default_for(kind: Kind) -> &'static Rule {
-        static STRIPE: std::sync::OnceLock<Rule> = std::sync::OnceLock::new();
-        static RAZORPAY: std::sync::OnceLock<Rule> = std::sync::OnceLock::new();
-        static PAYPAL: std::sync::OnceLock<Rule> = std::sync::OnceLock::new();
-        let user_id = || Place::Metadata("user_id".to_owned());
-        match kind {
-            Kind::Razorpay | Kind::Source => RAZORPAY.get_or_init(|| Rule(vec![user_id()])),
-            Kind::Paypal => PAYPAL.get_or_init(|| Rule(vec![Place::CustomId])),
-            Kind::Stripe => {
-                STRIPE.get_or_init(|| Rule(vec![user_id(), Place::ClientReferenceId]))
-            }
-        }
+    /// The default of the scheme `stripe`:
+    /// `metadata.user_id,client_reference_id`.
+    pub fn stripe_default() -> &'static Rule {
+        static RULE: OnceLock<Rule> = OnceLock::new();
+        RULE.get_or_init(|| Rule(vec![user_id(), Place::ClientReferenceId]))
+    }
+
+    /// The default of the scheme `razorpay` (and of any other that reads
+    /// metadata): `metadata.user_id`.
+    pub fn metadata_default() -> &'static Rule {
+        static RULE: OnceLock<Rule> = OnceLock::new();
+        RULE.get_or_init(|| Rule(vec![user_id()]))
+    }
+
+    /// The default of the scheme `paypal`: `custom_id`.
+    pub fn paypal_default() -> &'static Rule {
+        static RULE: OnceLock<Rule> = OnceLock::new();
+        RULE.get_or_init(|| Rule(vec![Place::CustomId]))
     }
 
     pub fn places(&self) -> &[Place] {
@@ -60,6 +62,10 @@ impl Rule {
     pub fn has(&self, place: &Place) -> bool {
         self.0.contains(place)
     }
+}
+
+fn user_id() -> Place {
+    Place::Metadata("user_id".to_owned())
 }
 
 /// Why a rule was refused; names no value beyond the place itself.
@@ -100,7 +106,9 @@ impl FromStr for Rule {
             }
         }
         if places.is_empty() {
-            return Err(RuleError("an owner rule names at least one place".to_owned()));
+            return Err(RuleError(
+                "an owner rule names at least one place".to_owned(),
+            ));
         }
         Ok(Rule(places))
     }
@@ -140,9 +148,12 @@ mod tests {
         let rule: Rule = "customer, metadata.account_id,client_reference_id,customer"
             .parse()
             .unwrap();
-        assert_eq!(rule.to_string(), "customer,metadata.account_id,client_reference_id");
         assert_eq!(
-            Rule::default_for(Kind::Stripe).to_string(),
+            rule.to_string(),
+            "customer,metadata.account_id,client_reference_id"
+        );
+        assert_eq!(
+            Rule::stripe_default().to_string(),
             "metadata.user_id,client_reference_id"
         );
         for refused in ["", " , ", "metadata.", "metadata.a b", "owner", "user_id"] {

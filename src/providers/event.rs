@@ -176,11 +176,15 @@ impl Event {
     }
 
     /// Where its owner is written: its source's rule, else its scheme's
-    /// default ([`Rule::default_for`]).
+    /// default.
     pub fn owner_rule(&self) -> &Rule {
         match self.receiver.as_ref().and_then(|r| r.owner.as_ref()) {
             Some(rule) => rule,
-            None => Rule::default_for(self.kind),
+            None => match self.kind {
+                Kind::Stripe => Rule::stripe_default(),
+                Kind::Paypal => Rule::paypal_default(),
+                Kind::Razorpay | Kind::Source => Rule::metadata_default(),
+            },
         }
     }
 

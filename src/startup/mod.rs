@@ -257,6 +257,12 @@ pub async fn serve(
         // other processes (the API role).
         workers.wake = Wake::InProcess(drainer.waker());
         tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
+        tasks.spawn(crate::ingest::owner_wait::run(
+            pool.clone(),
+            Clock::System,
+            settings.owner_wait,
+            shutdown.clone(),
+        ));
         if let Some(sweeper) = sweeper(&settings, pool.clone(), Clock::System)? {
             workers.stats.sweeps = Some(sweeper.stats.clone());
             tasks.spawn(sweeper.run(shutdown.clone()));

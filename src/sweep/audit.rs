@@ -65,8 +65,10 @@ struct Audited {
     /// The payments' list, and the path a payment's own status is read at.
     payments: &'static str,
     paid: &'static [&'static str],
-    /// The credit webhookd gives a paid payment (the effects' own reading).
-    credit: fn(&Value) -> Result<PlainCredit, effects::Reason>,
+    /// The credit webhookd gives a paid payment (the effects' own reading);
+    /// `None` when its owner is learned rather than written on it (a
+    /// Checkout payment's), which this audit does not follow.
+    credit: fn(&Value) -> Result<Option<PlainCredit>, effects::Reason>,
     /// Where a refund names its payment, and the statuses that debit it.
     refund_parent: &'static str,
     refunded: &'static [&'static str],
@@ -98,7 +100,7 @@ pub async fn razorpay(api: &mut Api, pool: &PgPool, window: (i64, i64)) -> anyho
         provider: crate::providers::razorpay::PROVIDER,
         payments: "/v1/payments",
         paid: &["captured", "refunded"],
-        credit: effects::razorpay::payment_credit,
+        credit: |payment| effects::razorpay::payment_credit(payment).map(Some),
         refund_parent: "/payment_id",
         refunded: &["processed"],
         succeeded: "captured",
@@ -165,8 +167,8 @@ impl Listing {
 /// A succeeded payment as webhookd credits it (the effects' own reading,
 /// so the audit never restates the rule); `None` for anything webhookd
 /// would not credit.
-fn paid(credit: Result<PlainCredit, effects::Reason>) -> Option<Paid> {
-    let credit = credit.ok()?;
+fn paid(credit: Result<Option<PlainCredit>, effects::Reason>) -> Option<Paid> {
+    let credit = credit.ok()??;
     Some(Paid {
         id: credit.source_ref,
         user_id: credit.user_id,

@@ -97,6 +97,7 @@ pub(super) fn capture_credit(
         amount_minor: capture.amount_minor,
         source_ref: capture.payment_id.clone(),
         context: json!({ "capture_id": capture.payment_id, "order_id": capture.payment_ref }),
+        customer: None,
     })
 }
 

@@ -53,7 +53,7 @@ async fn a_console_replay_changes_the_stored_outcome_only_when_the_cli_would(poo
     .await;
     let no_owner = json!({
         "id": "pi_6", "object": "payment_intent", "amount": 300, "amount_received": 300,
-        "currency": "usd", "metadata": {}, "status": "succeeded",
+        "currency": "usd", "metadata": {"user_id": "not an id"}, "status": "succeeded",
     });
     app.deliver(
         &event_of_type("evt_rejected", "payment_intent.succeeded", no_owner),

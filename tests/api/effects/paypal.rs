@@ -16,7 +16,7 @@ use crate::helpers::{TestApp, now};
 use bodies::{IMPOSSIBLE_TIME, capture, completed, deliver, envelope, event, rfc3339};
 
 /// The tables' helpers, without a server: nothing here goes over HTTP.
-pub(super) fn books(pool: PgPool) -> TestApp {
+pub(crate) fn books(pool: PgPool) -> TestApp {
     TestApp {
         address: String::new(),
         admin_address: None,

@@ -477,8 +477,8 @@ async fn money_events_that_can_never_apply_are_rejected_with_a_reason(pool: PgPo
     let app = route_app(pool).await;
     let cases = [
         (
-            "evt_no_owner",
-            json!({"id": "pi_1", "amount": 100, "currency": "usd", "metadata": {}}),
+            "evt_bad_owner",
+            json!({"id": "pi_1", "amount": 100, "currency": "usd", "metadata": {"user_id": "u 1"}}),
         ),
         (
             "evt_bad_amount",

@@ -106,7 +106,7 @@ fn history() -> Vec<Event> {
         stripe(
             "evt_x_bad",
             "payment_intent.succeeded",
-            payment_intent_succeeded("evt_x_bad", "pi_x3", "", 50),
+            payment_intent_succeeded("evt_x_bad", "pi_x3", "not an id", 50),
         ),
     ]
 }

@@ -52,7 +52,7 @@ async fn metrics_count_every_outcome(pool: PgPool) {
         (&credit, "processed"),
         (&credit, "duplicate"),
         (
-            &event_of_type("evt_2", "customer.created", serde_json::json!({})),
+            &event_of_type("evt_2", "product.created", serde_json::json!({})),
             "ignored",
         ),
         (
