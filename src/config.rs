@@ -1,7 +1,8 @@
 //! The settings of `serve` and of the database connection, from the command
-//! line and the environment (12-factor: every flag also reads an environment
-//! variable). Validated once, at start-up. The parser itself, and the other
-//! commands' arguments, are in `src/cli/`.
+//! line, the environment (12-factor: every flag also reads an environment
+//! variable) and the configuration file ([`Layers`]). Validated once, at
+//! start-up. The parser itself, and the other commands' arguments, are in
+//! `src/cli/`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,15 +14,25 @@ pub use crate::telemetry::LogFormat;
 
 mod admin;
 mod connections;
+mod invalid;
+mod keys;
+mod layers;
 mod outbox;
+mod parse;
 mod paypal;
+mod refused;
 mod sources;
 mod sweep;
 use crate::secrets::{Secrets, parse_secrets};
 pub use admin::{AdminArgs, AdminListen, AdminToken, DEFAULT_ADMIN_LISTEN, MIN_TOKEN_CHARS};
 pub use connections::ConnectionSettings;
+pub use invalid::Invalid;
+pub use keys::Keys;
+pub use layers::{CONFIG_VARIABLE, Layers, Origin, Setting, file_named, flags_of};
 pub use outbox::{OutboxOrder, OutboxSettings};
+pub use parse::parse;
 pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
+pub use refused::refused;
 pub use sources::{LiveMode, SourceScheme, SourceSettings, StripeScopeArgs, sources_from_env};
 pub use sweep::{PeriodicSweepArgs, RazorpayApiArgs, StripeApiArgs};
 
@@ -109,7 +120,10 @@ impl DatabaseSettings {
     pub fn url(&self) -> anyhow::Result<&str> {
         match &self.database_url {
             Some(url) if !url.expose_secret().trim().is_empty() => Ok(url.expose_secret()),
-            _ => anyhow::bail!("DATABASE_URL is not set (pass --database-url or set DATABASE_URL)"),
+            _ => Err(Invalid::one(
+                "DATABASE_URL is not set (pass --database-url, set DATABASE_URL or database_url in the configuration file)",
+            )
+            .into()),
         }
     }
 }
@@ -131,7 +145,8 @@ pub struct ServeSettings {
     pub razorpay_webhook_secret: Secrets,
 
     /// Generic sources, read from `WEBHOOKD_SOURCE_<NAME>_SCHEME` and
-    /// `WEBHOOKD_SOURCE_<NAME>_SECRET` (see [`sources_from_env`]).
+    /// `WEBHOOKD_SOURCE_<NAME>_SECRET` (see [`sources_from_env`]) by
+    /// [`ServeSettings::with_sources`].
     #[arg(skip)]
     pub sources: Vec<SourceSettings>,
 
@@ -209,6 +224,20 @@ impl ServeSettings {
     /// environment (`WEBHOOKD_*`, the secrets).
     pub fn from_env() -> Self {
         ServeOnly::parse_from(["webhookd"]).serve
+    }
+
+    /// As [`ServeSettings::from_env`], with the configuration file under
+    /// the environment, and the generic sources.
+    pub fn from_layers(layers: &Layers) -> Result<Self, Invalid> {
+        let only: ServeOnly = parse(layers, vec!["webhookd".into()])?;
+        only.serve.with_sources(layers)
+    }
+
+    /// These settings with the generic sources the layers configure.
+    pub fn with_sources(mut self, layers: &Layers) -> Result<Self, Invalid> {
+        self.sources = sources_from_env(layers.variables())
+            .map_err(|error| Invalid::one(format!("{error:#}")))?;
+        Ok(self)
     }
 }
 

@@ -1,10 +1,13 @@
 //! The command line: the flags every command reads and the subcommands.
 //! Each subcommand's own arguments are defined beside it, in its module.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
+use super::config::ConfigCommand;
 use super::drill::DrillArgs;
 use super::events::EventsCommand;
 use super::outbox::OutboxCommand;
@@ -13,7 +16,7 @@ use super::reconcile::ReconcileArgs;
 pub use super::retention::RetentionArgs;
 use super::send::SendArgs;
 use super::sweep::{ImportArgs, SweepCommand};
-use crate::config::{DatabaseSettings, LogFormat, ServeSettings};
+use crate::config::{DatabaseSettings, Invalid, Layers, LogFormat, ServeSettings};
 
 #[derive(Debug, Parser)]
 #[command(name = "webhookd", version, about, long_about = None)]
@@ -24,6 +27,12 @@ pub struct Cli {
     /// Log output: `pretty` for a terminal, `json` for containers.
     #[arg(long, env = "WEBHOOKD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty, global = true)]
     pub log_format: LogFormat,
+
+    /// A TOML file of settings whose keys mirror the variables (`listen`
+    /// for WEBHOOKD_LISTEN; see webhookd.example.toml). The environment
+    /// overrides it, and flags override both.
+    #[arg(long, env = "WEBHOOKD_CONFIG", value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -64,6 +73,10 @@ pub enum Command {
     /// Record events an earlier handler applied, without effects, so that
     /// their redelivery or sweep is a duplicate.
     Import(Box<ImportArgs>),
+    /// Check the configuration (every problem at once; exit 1 if any), or
+    /// show it with where each value comes from.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Exit 0 when URL answers 2xx (for container health checks).
     Healthcheck {
         /// Default: /readyz on the port of WEBHOOKD_LISTEN (8080).
@@ -78,13 +91,43 @@ pub enum Command {
     },
 }
 
+/// The command line `args` (the program's name first) over the
+/// configuration file it names and the environment; a usage error,
+/// `--help` and `--version` exit as clap's `parse` does.
+pub fn read(args: Vec<OsString>) -> Result<(Cli, Layers), Invalid> {
+    let layers = Layers::load(crate::config::file_named(&args).as_deref(), &Cli::command())?;
+    let cli = crate::config::parse(&layers, args)?;
+    Ok((cli, layers))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn cli_definition_is_consistent() {
-        use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_variable_a_flag_reads_has_one_key_of_its_own() {
+        use crate::config::{CONFIG_VARIABLE, Keys, flags_of};
+        let variables: Vec<String> = flags_of(&Cli::command()).into_keys().collect();
+        let keys = Keys::new(variables.iter().filter(|v| *v != CONFIG_VARIABLE).cloned());
+        for variable in variables.iter().filter(|v| *v != CONFIG_VARIABLE) {
+            let key = keys
+                .key(variable)
+                .unwrap_or_else(|| panic!("{variable} has no key"));
+            assert_eq!(
+                keys.variable(&key).as_deref(),
+                Some(variable.as_str()),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            keys.key(CONFIG_VARIABLE),
+            None,
+            "the file cannot name itself"
+        );
     }
 }

@@ -4,23 +4,30 @@
 use std::io::Write;
 
 use anyhow::Context;
+use clap::CommandFactory;
 use sqlx::PgPool;
 
 use super::args::{Cli, Command};
 use super::drill::DrillArgs;
 use super::reconcile::ReconcileArgs;
 use crate::clock::Clock;
-use crate::config::{DatabaseSettings, ServeSettings};
+use crate::config::{DatabaseSettings, Layers, ServeSettings};
 use crate::startup;
 
 /// Runs the command `cli` names (`serve` when none), writing its answer to
-/// stdout.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// stdout. `layers`: the configuration `cli` was read from; only `config`
+/// runs with a file that holds what is no setting.
+pub async fn run(cli: Cli, layers: &Layers) -> anyhow::Result<()> {
     let out = &mut std::io::stdout();
+    if let Some(Command::Config(command)) = cli.command {
+        return super::config::run(command, layers, &Cli::command(), out);
+    }
+    layers.require_valid()?;
     let database = &cli.database;
     match cli.command {
-        None => serve(ServeSettings::from_env(), database).await,
-        Some(Command::Serve(settings)) => serve(*settings, database).await,
+        None => serve(ServeSettings::from_layers(layers)?, database).await,
+        Some(Command::Serve(settings)) => serve(settings.with_sources(layers)?, database).await,
+        Some(Command::Config(_)) => unreachable!("run above"),
         Some(Command::Send(args)) => super::send::run(&args, out).await,
         Some(Command::Drill(args)) => drill(&args, database, out).await,
         Some(Command::Healthcheck { url, listen }) => {

@@ -3,6 +3,7 @@
 //! command's arguments are defined beside it; [`args`] is the parser.
 
 pub mod args;
+pub mod config;
 pub mod dispatch;
 pub mod drill;
 pub mod events;
@@ -19,7 +20,7 @@ use std::borrow::Cow;
 use std::io::Write;
 use std::time::Duration;
 
-pub use args::{Cli, Command};
+pub use args::{Cli, Command, read};
 
 use crate::telemetry;
 
@@ -97,17 +98,30 @@ pub async fn healthcheck(url: &str, out: &mut impl Write) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The exit status of a configuration that cannot be used (as clap's for a
+/// command line it refuses).
+pub const EXIT_CONFIGURATION: u8 = 2;
+
 /// The exit status of a command (or of `serve`), after saying what failed
-/// on stderr. Never a printing macro: they panic when stderr is closed.
+/// on stderr, on one line: 2 for a configuration that cannot be used
+/// ([`crate::config::Invalid`]), else 1. The error is written whole (each
+/// cause after a colon) but never its backtrace, which an error's Debug
+/// form adds when `RUST_BACKTRACE` is set. Never a printing macro: they
+/// panic when stderr is closed.
 pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // Whoever read the answer stopped reading (`| head`): nothing to say.
         Err(error) if closed_output(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = ?error, "webhookd failed");
-            let _ = writeln!(std::io::stderr(), "webhookd: {error:#}");
-            std::process::ExitCode::FAILURE
+            let message = format!("{error:#}").replace('\n', " ");
+            tracing::error!(error = %message, "webhookd failed");
+            let _ = writeln!(std::io::stderr(), "webhookd: {message}");
+            let invalid = (error.chain()).any(|cause| cause.is::<crate::config::Invalid>());
+            match invalid {
+                true => std::process::ExitCode::from(EXIT_CONFIGURATION),
+                false => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

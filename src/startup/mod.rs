@@ -24,7 +24,8 @@ mod workers;
 
 use settings::connection_limits;
 pub use settings::{
-    batch_settings, database_options, migrate, pool, providers_settings, require_sessions, validate,
+    batch_settings, database_options, migrate, pool, problems, providers_settings,
+    require_sessions, validate,
 };
 pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper};
 
@@ -204,20 +205,16 @@ async fn admin(
 /// The largest request the admin listener reads: its forms are small.
 const ADMIN_MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// `webhookd serve`: check that the pool's connections are what
-/// `WEBHOOKD_DB_POOLER` says, migrate, then run the drainer and the
+/// `webhookd serve` with `settings` (their generic sources included, see
+/// [`ServeSettings::with_sources`]): check that the pool's connections are
+/// what `WEBHOOKD_DB_POOLER` says, migrate, then run the drainer and the
 /// periodic sweep (when this process drains) and the HTTP server until a
 /// signal stops them.
 pub async fn serve(
-    mut settings: ServeSettings,
+    settings: ServeSettings,
     database: &DatabaseSettings,
     pool: sqlx::PgPool,
 ) -> anyhow::Result<()> {
-    settings.sources = config::sources_from_env(
-        // Only our own variables; others need not even be valid Unicode.
-        std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-    )?;
     validate(&settings, database)?;
     let options = database_options(database)?;
     // Before migrating: sqlx migrates under a session lock, which a

@@ -8,7 +8,8 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 
 use crate::config::{
-    DatabaseSettings, DbPooler, PaypalEnv, SIMULATOR_WEBHOOK_ID, ServeSettings, SourceScheme,
+    DatabaseSettings, DbPooler, Invalid, PaypalEnv, SIMULATOR_WEBHOOK_ID, ServeSettings,
+    SourceScheme,
 };
 use crate::db;
 use crate::http::serve::{self, ConnectionLimits};
@@ -19,11 +20,21 @@ use crate::providers::paypal::certs::{CertSettings, Env};
 use crate::providers::{self, Providers};
 
 /// Checks everything about the configuration of `serve` that can be checked
-/// before anything starts, and reports every problem at once, one a line.
+/// before anything starts, and reports every problem at once
+/// ([`crate::config::Invalid`]).
 pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow::Result<()> {
+    match problems(settings, database) {
+        problems if problems.is_empty() => Ok(()),
+        problems => Err(Invalid::new(problems).into()),
+    }
+}
+
+/// Every problem of the configuration of `serve` that can be found before
+/// anything starts, one sentence each, none quoting a value.
+pub fn problems(settings: &ServeSettings, database: &DatabaseSettings) -> Vec<String> {
     let mut problems: Vec<String> = Vec::new();
     match database_options(database) {
-        Err(error) => problems.push(error.to_string()),
+        Err(error) => problems.extend(Invalid::problems_of(&error)),
         Ok(options) => {
             if let Err(error) = db::session_options(&options) {
                 problems.push(error.to_string());
@@ -62,11 +73,7 @@ pub fn validate(settings: &ServeSettings, database: &DatabaseSettings) -> anyhow
             );
         }
     }
-    match problems.as_slice() {
-        [] => Ok(()),
-        [one] => anyhow::bail!("invalid configuration: {one}"),
-        many => anyhow::bail!("invalid configuration:\n  - {}", many.join("\n  - ")),
-    }
+    problems
 }
 
 /// What is wrong with the admin listener's settings. The token is never

@@ -1,4 +1,5 @@
 //! The operator's commands, their effects asserted in the database.
 
 pub mod commands;
+pub mod config_file;
 pub mod reconcile_against;

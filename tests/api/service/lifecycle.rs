@@ -79,13 +79,19 @@ impl Server {
                 command.env_remove(name);
             }
         }
-        let mut child = command
+        command
             .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("WEBHOOKD_LISTEN", format!("127.0.0.1:{port}"))
             .env("WEBHOOKD_ADMIN_LISTEN", "127.0.0.1:0")
             .env("STRIPE_WEBHOOK_SECRET", SECRET)
-            .env("WEBHOOKD_LOG_FORMAT", "json")
+            .env("WEBHOOKD_LOG_FORMAT", "json");
+        Server::spawn(command, port).await
+    }
+
+    /// `command` (the binary, configured to serve on `port`), once ready.
+    pub(crate) async fn spawn(mut command: Command, port: u16) -> Server {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
