@@ -69,7 +69,7 @@ pub async fn apply_credits(
 /// Upserts the payment row of a capture as the event that announces it:
 /// `Some(rejected)` when the stored payment has another amount or currency
 /// (then nothing is credited).
-async fn record_capture(
+pub(super) async fn record_capture(
     conn: &mut PgConnection,
     event: &Event,
     payment: &PaymentRecord,

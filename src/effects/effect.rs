@@ -37,7 +37,13 @@ pub enum Effect {
     Unowned {
         credit: Owed,
         candidates: Vec<Candidate>,
+        /// The payment's row, recorded once its owner is known (a
+        /// Razorpay capture's).
+        payment: Option<PaymentRecord>,
     },
+    /// An object that names an owner for a payment (Razorpay's `order.paid`,
+    /// whose order's notes name it).
+    LearnPayment { payment: String, user_id: String },
     /// A payment that pays an invoice: the invoice's money, never a wallet
     /// top-up. Recorded `ignored` with the invoice.
     PaysInvoice { payment: String, invoice: String },

@@ -6,12 +6,13 @@ use serde_json::json;
 use sqlx::PgConnection;
 
 use super::credits;
-use super::effect::{Applied, Error, Owed};
+use super::effect::{Applied, Error, Owed, PaymentRecord};
 use crate::owners::{self, Candidate, Subject};
 use crate::providers::Event;
 use crate::{events, invoices};
 
-/// Credits `owed` to the first of `candidates` that yields an owner; a
+/// Credits `owed` to the first of `candidates` that yields an owner, after
+/// recording its `payment` row if it carries one; a
 /// payment that pays an invoice is the invoice's; with no owner known yet
 /// the event waits for one (`deferred`). Call with its plan's locks held
 /// (its owner's wallet among them: the engine resolves it the same way).
@@ -20,13 +21,26 @@ pub(super) async fn credit_unowned(
     event: &Event,
     owed: &Owed,
     candidates: &[Candidate],
+    payment: Option<&PaymentRecord>,
 ) -> Result<Applied, Error> {
     let provider = event.provider();
     if let Some(invoice) = invoices::paid_by(conn, provider, &owed.source_ref).await? {
         return Ok(pays_invoice(&invoice));
     }
     match owners::resolve(conn, provider, candidates).await? {
-        Some(user_id) => credits::credit_one(conn, event, &owed.to(user_id)).await,
+        Some(user_id) => {
+            let credit = owed.to(user_id);
+            if let Some(payment) = payment {
+                let row = PaymentRecord {
+                    user_id: Some(credit.user_id.clone()),
+                    ..payment.clone()
+                };
+                if let Some(rejected) = credits::record_capture(conn, event, &row).await? {
+                    return Ok(rejected);
+                }
+            }
+            credits::credit_one(conn, event, &credit).await
+        }
         None => {
             let waits_for = wait_for(candidates, &owed.source_ref);
             events::defer(conn, provider, event.event_id(), &waits_for).await?;

@@ -151,7 +151,9 @@ impl Plan {
                 wallets: vec![(credit.user_id.clone(), credit.currency.clone())],
                 ..Plan::default()
             },
-            Effect::Unowned { credit, candidates } => {
+            Effect::Unowned {
+                credit, candidates, ..
+            } => {
                 let mut plan = keyed(credit_key(provider, &credit.source_ref));
                 plan.learns(provider, candidates);
                 plan.finds_owner = Some((candidates.clone(), credit.currency.clone()));
@@ -183,7 +185,9 @@ impl Plan {
             Effect::LearnCustomer { customer: id, .. } => {
                 keyed(owners::lock_key(provider, Subject::Customer, id))
             }
-            Effect::InvoicePayment { payment, .. } => keyed(credit_key(provider, payment)),
+            Effect::InvoicePayment { payment, .. } | Effect::LearnPayment { payment, .. } => {
+                keyed(credit_key(provider, payment))
+            }
             Effect::Status(payment) => keyed(credit_key(provider, &payment.payment_id)),
             // A charge's row is written under its intent's key, as its
             // refunds are.
@@ -262,8 +266,13 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .await?
             .pop()
             .ok_or(Error::Invariant("a credit has no outcome")),
-        Effect::Unowned { credit, candidates } => {
-            learning::credit_unowned(conn, event, credit, candidates).await
+        Effect::Unowned {
+            credit,
+            candidates,
+            payment,
+        } => learning::credit_unowned(conn, event, credit, candidates, payment.as_ref()).await,
+        Effect::LearnPayment { payment, user_id } => {
+            teach::learn_payment(conn, event, payment, user_id).await
         }
         Effect::PaysInvoice { invoice, .. } => Ok(learning::pays_invoice(invoice)),
         Effect::Checkout(session) => checkout::apply(conn, event, session).await,

@@ -4,21 +4,24 @@
 //!
 //! | event | effect |
 //! |---|---|
-//! | `payment.captured` | upsert the payment; credit the owner, keyed by `pay_...` |
+//! | `payment.captured` | upsert the payment; credit the owner, keyed by `pay_...`; without `notes.user_id`, wait for its order's |
+//! | `order.paid` | its order's notes teach the payment's owner |
 //! | `payment.failed` | upsert the payment (recorded only) |
 //! | `refund.processed` | debit the refund, keyed by `rfnd_...`; deferred until the payment is credited |
 //! | `subscription.*` | guarded upsert on the envelope's `created_at`, `subscription.changed` |
 //!
-//! Everything else, `order.paid` included, is recorded `ignored`: the
-//! payment's own `payment.captured` carries the credit, so a replay under a
-//! new (unsigned) event id and `order.paid` credit nothing more.
+//! Everything else is recorded `ignored`. The payment's own
+//! `payment.captured` carries the credit, so a replay under a new
+//! (unsigned) event id and `order.paid` credit nothing more: `order.paid`
+//! only teaches the owner its order's notes name (Razorpay Checkout puts
+//! it there), which releases a capture that waits for it.
 
 use serde_json::{Value, json};
 
-use super::effect::{Effect, OwnRefund, PaymentRecord, PlainCredit, Reason, RefundRow};
-use super::fields::{
-    currency_at, loose_ident_at, owner_at, refund_status, required_ident, unix_at,
-};
+use super::effect::{Effect, Owed, OwnRefund, PaymentRecord, PlainCredit, Reason, RefundRow};
+use super::fields::{currency_at, loose_ident_at, refund_status, required_ident, unix_at};
+use super::owner::{Clues, candidates, first_named};
+use crate::owners::{Candidate, Rule};
 use crate::providers::Event;
 use crate::subscriptions::Subscription;
 
@@ -28,10 +31,8 @@ pub use crate::providers::razorpay::PROVIDER;
 pub(super) fn decode(event: &Event) -> Effect {
     let payload = event.object();
     Effect::from_result(match event.event_type() {
-        "payment.captured" => capture(payload).map(|(payment, credit)| Effect::Credit {
-            credit,
-            payment: Some(payment),
-        }),
+        "payment.captured" => capture(payload, event.owner_rule()),
+        "order.paid" => order_paid(payload, event.owner_rule()),
         "payment.failed" => payment(payload).map(Effect::Status),
         "refund.processed" => refund(payload),
         // Ordered by the envelope's created_at, never the entity's own.
@@ -42,37 +43,92 @@ pub(super) fn decode(event: &Event) -> Effect {
     })
 }
 
-/// A capture: its payment row, then its credit.
-fn capture(payload: &Value) -> Result<(PaymentRecord, PlainCredit), Reason> {
+/// A capture: its payment row, then its credit to the owner its notes
+/// name, else to the one its order's notes name (`order.paid`), which it
+/// waits for.
+fn capture(payload: &Value, rule: &Rule) -> Result<Effect, Reason> {
     let entity = payload
         .pointer("/payment/entity")
         .ok_or("no payment entity")?;
-    captured_entity(entity)
+    let (payment, owed, found) = captured_entity(entity, rule)?;
+    Ok(match first_named(&found) {
+        Some(owner) => Effect::Credit {
+            credit: owed.to(owner.to_owned()),
+            payment: Some(payment),
+        },
+        None if found.is_empty() => {
+            return Err(format!(
+                "payment has no {}",
+                rule.to_string()
+                    .replace("metadata.", "notes.")
+                    .replace(',', " or ")
+            ));
+        }
+        None => Effect::Unowned {
+            credit: owed,
+            candidates: found,
+            payment: Some(payment),
+        },
+    })
 }
 
-/// The credit a captured payment entity gives its owner, as
-/// `payment.captured` applies it: what an audit against Razorpay's own
-/// list expects in the ledger.
-pub fn payment_credit(entity: &Value) -> Result<PlainCredit, Reason> {
-    captured_entity(entity).map(|(_, credit)| credit)
+/// The credit a captured payment entity gives the owner its notes name by
+/// the default rule, as `payment.captured` applies it: what an audit
+/// against Razorpay's own list expects in the ledger. `Ok(None)`: its owner
+/// is not in its notes.
+pub fn payment_credit(entity: &Value) -> Result<Option<PlainCredit>, Reason> {
+    let (_, owed, found) = captured_entity(entity, Rule::metadata_default())?;
+    Ok(first_named(&found).map(|owner| owed.to(owner.to_owned())))
 }
 
-fn captured_entity(entity: &Value) -> Result<(PaymentRecord, PlainCredit), Reason> {
+fn captured_entity(
+    entity: &Value,
+    rule: &Rule,
+) -> Result<(PaymentRecord, Owed, Vec<Candidate>), Reason> {
     let payment = payment_of(entity)?;
-    // The owner is the credit's key: it must be an identifier.
-    let user_id = owner_at(entity, "/notes/user_id")?.ok_or("payment has no notes.user_id")?;
     if payment.amount_minor <= 0 {
         return Err("payment has no positive amount".into());
     }
-    let credit = PlainCredit {
-        user_id: user_id.to_owned(),
+    let clues = Clues {
+        metadata: &["/notes"],
+        ..Clues::default()
+    };
+    // An owner in the notes is the credit's key: it must be an identifier.
+    let mut found = candidates(rule, entity, clues)?;
+    // Else its order's notes, which `order.paid` teaches.
+    if rule.metadata_keys().next().is_some() {
+        found.push(Candidate::Payment(payment.payment_id.clone()));
+    }
+    let owed = Owed {
         currency: payment.currency.to_owned(),
         amount_minor: payment.amount_minor,
         source_ref: payment.payment_id.clone(),
         context: json!({ "payment_id": payment.payment_id, "order_id": payment.payment_ref }),
         customer: None,
     };
-    Ok((payment, credit))
+    Ok((payment, owed, found))
+}
+
+/// `order.paid`: the owner its payment's notes, else its order's notes,
+/// name, taught for the payment.
+fn order_paid(payload: &Value, rule: &Rule) -> Result<Effect, Reason> {
+    let payment = required_ident(
+        payload,
+        "/payment/entity/id",
+        "payment id",
+        "order.paid has no payment entity",
+    )?;
+    let clues = Clues {
+        metadata: &["/payment/entity/notes", "/order/entity/notes"],
+        ..Clues::default()
+    };
+    Ok(match first_named(&candidates(rule, payload, clues)?) {
+        Some(owner) => Effect::LearnPayment {
+            payment: payment.to_owned(),
+            user_id: owner.to_owned(),
+        },
+        None => Effect::Ignored("the order's notes name no owner"),
+    })
 }
 
 fn subscription(payload: &Value) -> Result<Subscription, Reason> {

@@ -126,6 +126,7 @@ fn payment_intent(event: &Event) -> Result<Effect, Reason> {
         None => Effect::Unowned {
             credit: owed,
             candidates: found,
+            payment: None,
         },
     })
 }

@@ -88,3 +88,17 @@ pub(super) async fn learn_customer(
     let learned = Applied::processed(json!({ "customer_id": customer, "user_id": user_id }));
     Ok(taught.onto(learned))
 }
+
+/// An order whose notes name its payment's owner (Razorpay's `order.paid`):
+/// teaches it.
+pub(super) async fn learn_payment(
+    conn: &mut PgConnection,
+    event: &Event,
+    payment: &str,
+    user_id: &str,
+) -> Result<Applied, Error> {
+    let mut taught = Taught::default();
+    teach(conn, event, Subject::Payment, payment, user_id, &mut taught).await?;
+    let learned = Applied::processed(json!({ "payment_id": payment, "user_id": user_id }));
+    Ok(taught.onto(learned))
+}

@@ -100,7 +100,7 @@ pub async fn razorpay(api: &mut Api, pool: &PgPool, window: (i64, i64)) -> anyho
         provider: crate::providers::razorpay::PROVIDER,
         payments: "/v1/payments",
         paid: &["captured", "refunded"],
-        credit: |payment| effects::razorpay::payment_credit(payment).map(Some),
+        credit: effects::razorpay::payment_credit,
         refund_parent: "/payment_id",
         refunded: &["processed"],
         succeeded: "captured",

@@ -106,7 +106,8 @@ async fn a_captured_payment_credits_once_however_it_is_redelivered(pool: PgPool)
     app.razorpay(&body, Some("evt_replayed"), "ignored").await;
     let (_, detail) = app.event_of("razorpay", "evt_replayed").await;
     assert_eq!(detail["owner_event_id"], "evt_1");
-    app.razorpay(&order_paid("pay_1", 5000), Some("evt_order"), "ignored")
+    // order.paid teaches the owner its notes name and credits nothing more.
+    app.razorpay(&order_paid("pay_1", 5000), Some("evt_order"), "processed")
         .await;
 
     assert_eq!(app.balance("user_1", "INR").await, Some(5000));
@@ -211,7 +212,7 @@ async fn a_refund_before_its_payment_is_applied_when_the_payment_arrives(pool: P
 }
 
 #[sqlx::test]
-async fn payments_without_an_owner_are_rejected(pool: PgPool) {
+async fn a_payment_without_an_owner_waits_for_its_orders(pool: PgPool) {
     let app = spawn_app(pool).await;
     // Razorpay sends `notes` as an empty array when there are none.
     let body = envelope(
@@ -220,9 +221,9 @@ async fn payments_without_an_owner_are_rejected(pool: PgPool) {
         json!({ "payment": payment_entity("pay_4", 100, 0, json!([])) }),
         now(),
     );
-    app.razorpay(&body, Some("evt_no_owner"), "rejected").await;
+    app.razorpay(&body, Some("evt_no_owner"), "deferred").await;
     let (_, detail) = app.event_of("razorpay", "evt_no_owner").await;
-    assert_eq!(detail["reason"], "payment has no notes.user_id");
+    assert_eq!(detail["waits_for"], "owner:payment:pay_4");
     assert_eq!(app.count("wallets").await, 0);
     app.assert_consistent().await;
 }
@@ -334,6 +335,55 @@ async fn refunds_racing_their_captures_are_never_lost(pool: PgPool) {
         assert_eq!(outcome, "processed", "refund {n}");
     }
     assert_eq!(app.balance("user_1", "INR").await, Some(10 * 3000));
+    assert_eq!(app.count("deferred_events").await, 0);
+    app.assert_consistent().await;
+}
+
+/// Razorpay Checkout puts the owner in the order's notes: a capture whose
+/// payment has none waits for `order.paid`, in either order, and is
+/// credited once.
+#[sqlx::test]
+async fn a_capture_without_notes_is_credited_to_its_orders_owner_in_either_order(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    for (k, order) in [[0, 1], [1, 0]].iter().enumerate() {
+        let payment = format!("pay_o{k}");
+        let capture = envelope(
+            "payment.captured",
+            &["payment"],
+            json!({ "payment": payment_entity(&payment, 700, 0, json!([])) }),
+            now(),
+        );
+        let paid = envelope(
+            "order.paid",
+            &["payment", "order"],
+            json!({
+                "payment": payment_entity(&payment, 700, 0, json!([])),
+                "order": {"entity": {"id": "order_1", "entity": "order", "amount": 700,
+                                     "status": "paid", "notes": {"user_id": "user_o"}}},
+            }),
+            now(),
+        );
+        let events = [
+            (capture, format!("evt_cap_{k}")),
+            (paid, format!("evt_ord_{k}")),
+        ];
+        for &i in order {
+            let (body, id) = &events[i];
+            app.razorpay(body, Some(id), "").await;
+            app.razorpay(body, Some(id), "duplicate").await;
+        }
+        let (outcome, detail) = app.event_of("razorpay", &format!("evt_cap_{k}")).await;
+        assert_eq!(outcome, "processed", "{detail}");
+        let owner: String = sqlx::query_scalar(
+            "select user_id from payments where provider = 'razorpay' and payment_id = $1",
+        )
+        .bind(&payment)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        assert_eq!(owner, "user_o");
+    }
+    assert_eq!(app.balance("user_o", "INR").await, Some(1400));
     assert_eq!(app.count("deferred_events").await, 0);
     app.assert_consistent().await;
 }
