@@ -317,3 +317,49 @@ pub(super) fn announcement(entry: &NewEntry<'_>, posted: ledger::Posted, context
     }
     payload
 }
+
+/// A posted entry and its announcement.
+pub(super) struct Announced {
+    pub entry_id: i64,
+    pub balance_minor: i64,
+    pub outbox_id: Option<i64>,
+}
+
+/// Posts `entry` and writes its `topic` outbox row ([`announcement`]).
+/// `Err(owner event id)` when the entry's natural key was already taken.
+pub(super) async fn post_and_announce(
+    conn: &mut PgConnection,
+    event: &Event,
+    entry: &NewEntry<'_>,
+    topic: &str,
+    context: Value,
+) -> Result<Result<Announced, String>, Error> {
+    let Some(posted) = ledger::post(conn, std::slice::from_ref(entry))
+        .await?
+        .pop()
+        .flatten()
+    else {
+        let owner = ledger::owners(conn, entry.provider, entry.kind, &[entry.source_ref])
+            .await?
+            .remove(entry.source_ref)
+            .ok_or(Error::Invariant(
+                "an entry that was not posted has no owner",
+            ))?;
+        return Ok(Err(owner));
+    };
+    let payload = announcement(entry, posted, context);
+    let wallet = ledger::wallet_key(entry.user_id, entry.currency);
+    let message = outbox::Message {
+        topic,
+        provider: event.provider(),
+        event_id: event.event_id(),
+        payload: &payload,
+        ordering_key: Some(&wallet),
+    };
+    let outbox_id = outbox::enqueue_one(conn, message).await?;
+    Ok(Ok(Announced {
+        entry_id: posted.entry_id,
+        balance_minor: posted.balance_minor,
+        outbox_id,
+    }))
+}

@@ -212,6 +212,9 @@ pub struct StripeInvoice {
     pub owner: Vec<Candidate>,
     /// The payment intent that paid it, when the API version names it.
     pub payment_intent: Option<String>,
+    /// With invoice credits on (`WEBHOOKD_SOURCE_<NAME>_INVOICE_CREDITS`):
+    /// what it credits its owner (`amount_paid`), keyed by the invoice.
+    pub credit: Option<Owed>,
     pub amount_paid_minor: Option<i64>,
     pub currency: Option<&'static str>,
 }

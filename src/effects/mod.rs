@@ -200,18 +200,28 @@ impl Plan {
                 debiting(provider, intent)
             }
             Effect::Refund { refund, .. } => debiting(provider, &refund.payment_id),
-            Effect::InvoicePaid(invoice) => Plan {
-                keys: [invoice_key(provider, &invoice.id)]
-                    .into_iter()
-                    .chain(
-                        invoice
-                            .payment_intent
-                            .as_deref()
-                            .map(|intent| credit_key(provider, intent)),
-                    )
-                    .collect(),
-                ..Plan::default()
-            },
+            Effect::InvoicePaid(invoice) => {
+                let mut plan = keyed(invoice_key(provider, &invoice.id));
+                plan.keys.extend(
+                    invoice
+                        .payment_intent
+                        .as_deref()
+                        .map(|intent| credit_key(provider, intent)),
+                );
+                if let Some(credit) = &invoice.credit {
+                    plan.learns(provider, &invoice.owner);
+                    match owner::first_named(&invoice.owner) {
+                        Some(user_id) => plan
+                            .wallets
+                            .push((user_id.to_owned(), credit.currency.clone())),
+                        None => {
+                            plan.finds_owner =
+                                Some((invoice.owner.clone(), credit.currency.clone()))
+                        }
+                    }
+                }
+                plan
+            }
             Effect::Subscription { next, .. } => Plan {
                 keys: [subscription_key(provider, &next.subscription_id)]
                     .into_iter()

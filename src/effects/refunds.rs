@@ -6,13 +6,13 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::credits::announcement;
+use super::credits::post_and_announce;
 use super::effect::{Applied, Error, OwnRefund, Reason, RefundRow, StripeCharge};
 use super::fields::refund_status;
+use crate::events;
 use crate::ledger::{self, Entry, EntryKind, NewEntry};
 use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
-use crate::{events, outbox};
 
 /// Debits `refund` (its own amount, never more than is left of the
 /// credit), once per refund id; deferred until the payment is credited. A
@@ -234,49 +234,4 @@ async fn post_debit(
         }))),
         Err(owner) => Ok(Applied::owned_by("this refund was already debited", &owner)),
     }
-}
-
-struct Announced {
-    entry_id: i64,
-    balance_minor: i64,
-    outbox_id: Option<i64>,
-}
-
-/// Posts `entry` and writes its `topic` outbox row ([`announcement`]).
-/// `Err(owner event id)` when the entry's natural key was already taken.
-async fn post_and_announce(
-    conn: &mut PgConnection,
-    event: &Event,
-    entry: &NewEntry<'_>,
-    topic: &str,
-    context: Value,
-) -> Result<Result<Announced, String>, Error> {
-    let Some(posted) = ledger::post(conn, std::slice::from_ref(entry))
-        .await?
-        .pop()
-        .flatten()
-    else {
-        let owner = ledger::owners(conn, entry.provider, entry.kind, &[entry.source_ref])
-            .await?
-            .remove(entry.source_ref)
-            .ok_or(Error::Invariant(
-                "an entry that was not posted has no owner",
-            ))?;
-        return Ok(Err(owner));
-    };
-    let payload = announcement(entry, posted, context);
-    let wallet = ledger::wallet_key(entry.user_id, entry.currency);
-    let message = outbox::Message {
-        topic,
-        provider: event.provider(),
-        event_id: event.event_id(),
-        payload: &payload,
-        ordering_key: Some(&wallet),
-    };
-    let outbox_id = outbox::enqueue_one(conn, message).await?;
-    Ok(Ok(Announced {
-        entry_id: posted.entry_id,
-        balance_minor: posted.balance_minor,
-        outbox_id,
-    }))
 }

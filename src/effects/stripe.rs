@@ -347,14 +347,30 @@ fn invoice(event: &Event) -> Result<StripeInvoice, Reason> {
             "invoice payment_intent",
         )?,
     };
+    let id = required_ident(object, "/id", "invoice id", "invoice has no id")?;
+    let amount_paid_minor = object.pointer("/amount_paid").and_then(Value::as_i64);
+    let currency = str_at(object, "/currency").and_then(currency);
+    let credit = match (event.invoice_credits(), amount_paid_minor) {
+        (true, Some(amount)) if amount > 0 => Some(Owed {
+            currency: currency
+                .ok_or("invoice has no ISO 4217 currency with a minor unit")?
+                .to_owned(),
+            amount_minor: amount,
+            source_ref: id.to_owned(),
+            context: json!({ "invoice_id": id }),
+            customer: None,
+        }),
+        _ => None,
+    };
     Ok(StripeInvoice {
-        id: required_ident(object, "/id", "invoice id", "invoice has no id")?.to_owned(),
+        id: id.to_owned(),
         customer_id: owned(customer_id),
         subscription_id: owned(loose_id_at(object, "/subscription")),
         owner,
         payment_intent: owned(payment_intent),
-        amount_paid_minor: object.pointer("/amount_paid").and_then(Value::as_i64),
-        currency: str_at(object, "/currency").and_then(currency),
+        credit,
+        amount_paid_minor,
+        currency,
     })
 }
 

@@ -92,9 +92,13 @@ fn unowned(taken: &TakenWait) -> Value {
         &stored.event_type,
         stored.payload.clone().into(),
     );
-    if let (Ok(event), Value::Object(fields)) = (event, &mut payload)
-        && let Effect::Unowned { credit, .. } = effects::decode(event).effect()
-    {
+    let decoded = event.ok().map(effects::decode);
+    let owed = decoded.as_ref().and_then(|decoded| match decoded.effect() {
+        Effect::Unowned { credit, .. } => Some(credit),
+        Effect::InvoicePaid(invoice) => invoice.credit.as_ref(),
+        _ => None,
+    });
+    if let (Some(credit), Value::Object(fields)) = (owed, &mut payload) {
         fields.insert("payment_id".into(), credit.source_ref.clone().into());
         fields.insert("amount_minor".into(), credit.amount_minor.into());
         fields.insert("currency".into(), credit.currency.clone().into());

@@ -16,6 +16,9 @@ pub use browse::{EntryRow, WalletRow, entries_of_event, entries_of_user, wallets
 pub enum EntryKind {
     Credit,
     Refund,
+    /// A credit granted per paid invoice (`WEBHOOKD_SOURCE_<NAME>_INVOICE_CREDITS`),
+    /// keyed by the invoice.
+    InvoiceCredit,
 }
 
 impl EntryKind {
@@ -23,6 +26,7 @@ impl EntryKind {
         match self {
             EntryKind::Credit => "credit",
             EntryKind::Refund => "refund",
+            EntryKind::InvoiceCredit => "invoice_credit",
         }
     }
 }

@@ -315,11 +315,22 @@ async fn a_subscription_bought_through_checkout_credits_no_wallet_and_knows_its_
 /// The event `body` as the source `stripe` with owner rule `rule` receives
 /// it.
 fn received(event_id: &str, event_type: &str, body: String, rule: &str) -> Event {
+    received_with(event_id, event_type, body, rule, false)
+}
+
+/// [`received`], with invoice credits on or off.
+fn received_with(
+    event_id: &str,
+    event_type: &str,
+    body: String,
+    rule: &str,
+    invoice_credits: bool,
+) -> Event {
     let receiver = Receiver {
         name: "stripe".into(),
         record_only: false,
         owner: Some(rule.parse().unwrap()),
-        invoice_credits: false,
+        invoice_credits,
     };
     Event::from_stored("stripe", event_id, event_type, Bytes::from(body))
         .unwrap()
@@ -499,4 +510,83 @@ async fn an_owner_rule_that_names_a_missing_key_rejects_what_it_cannot_own(pool:
     );
     ingest::ingest(&app.pool, &event).await.unwrap();
     assert_eq!(app.balance("acct_9", "USD").await, Some(100));
+}
+
+#[sqlx::test]
+async fn with_invoice_credits_each_paid_invoice_credits_its_owner_once_in_either_order(
+    pool: PgPool,
+) {
+    let app = crate::effects::paypal::books(pool);
+    let rule = "metadata.user_id,client_reference_id";
+    for (k, order) in orders(2).iter().enumerate() {
+        let (cs, cus) = (format!("cs_ic{k}"), format!("cus_ic{k}"));
+        let (sub, inv) = (format!("sub_ic{k}"), format!("in_ic{k}"));
+        let session = Session {
+            mode: "subscription",
+            payment_intent: None,
+            customer: Some(&cus),
+            subscription: Some(&sub),
+            ..Session::paid(&cs, "", "user_ic", 2000)
+        };
+        let events = [
+            received_with(
+                &format!("evt_ic_cs_{k}"),
+                "checkout.session.completed",
+                session.completed(&format!("evt_ic_cs_{k}")),
+                rule,
+                true,
+            ),
+            received_with(
+                &format!("evt_ic_in_{k}"),
+                "invoice.paid",
+                invoice(
+                    &format!("evt_ic_in_{k}"),
+                    &inv,
+                    &cus,
+                    Some(&sub),
+                    None,
+                    2000,
+                ),
+                rule,
+                true,
+            ),
+        ];
+        for &i in order {
+            ingest::ingest(&app.pool, &events[i]).await.unwrap();
+        }
+        // The same invoice under another event id credits nothing more.
+        let again = received_with(
+            &format!("evt_ic_again_{k}"),
+            "invoice.paid",
+            invoice(
+                &format!("evt_ic_again_{k}"),
+                &inv,
+                &cus,
+                Some(&sub),
+                None,
+                2000,
+            ),
+            rule,
+            true,
+        );
+        let answer = ingest::ingest(&app.pool, &again).await.unwrap();
+        assert_eq!(answer.outcome.as_str(), "ignored");
+        let (user_id, kind): (String, String) =
+            sqlx::query_as("select user_id, kind from wallet_entries where source_ref = $1")
+                .bind(&inv)
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            (user_id.as_str(), kind.as_str()),
+            ("user_ic", "invoice_credit")
+        );
+        let announced = outbox_of(&app, "invoice.paid", &format!("evt_ic_in_{k}"))
+            .await
+            .unwrap();
+        assert_eq!(announced["user_id"], "user_ic", "order {order:?}");
+        assert_eq!(waiting(&app).await, 0);
+    }
+    assert_eq!(app.balance("user_ic", "USD").await, Some(4000));
+    app.assert_consistent().await;
 }
