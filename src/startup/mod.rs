@@ -20,12 +20,14 @@ use crate::ingest::{Ingestor, Wake};
 use crate::providers::Providers;
 
 mod settings;
+mod sources;
 mod workers;
 
 use settings::connection_limits;
 pub use settings::{
-    batch_settings, database_options, migrate, pool, providers_settings, require_sessions, validate,
+    batch_settings, database_options, migrate, pool, require_sessions, validate,
 };
+pub use sources::{providers_settings, registry};
 pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper};
 
 /// What the workers of this process (its drainer, its sweep) share with the
@@ -213,11 +215,7 @@ pub async fn serve(
     database: &DatabaseSettings,
     pool: sqlx::PgPool,
 ) -> anyhow::Result<()> {
-    settings.sources = config::sources_from_env(
-        // Only our own variables; others need not even be valid Unicode.
-        std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-    )?;
+    settings.sources = config::sources_from_process_env()?;
     validate(&settings, database)?;
     let options = database_options(database)?;
     // Before migrating: sqlx migrates under a session lock, which a
