@@ -188,7 +188,10 @@ pub fn sources_from_env(
         if value.trim().is_empty() {
             continue;
         }
-        let Some(setting) = Setting::ALL.into_iter().find(|s| rest.ends_with(s.suffix())) else {
+        let Some(setting) = Setting::ALL
+            .into_iter()
+            .find(|s| rest.ends_with(s.suffix()))
+        else {
             problems.push(format!(
                 "{key}: not a source setting; a source has _SCHEME, _SECRET, _WEBHOOK_ID, \
                  _EFFECTS, _OWNER, _INVOICE_CREDITS, _LIVEMODE and _CONNECT"
@@ -274,9 +277,12 @@ fn source(upper: &str, given: &Given) -> Result<Option<SourceSettings>, Vec<Stri
     for (setting, (key, text)) in given {
         let text = text.trim();
         let refused = |why: &str| format!("{key}: {why}");
+        let expects = |values: &str| format!("{key} is {values}");
         match setting {
             Setting::Scheme => continue,
-            Setting::Livemode | Setting::Connect if is_built_in && scheme == SourceScheme::Stripe => {
+            Setting::Livemode | Setting::Connect
+                if is_built_in && scheme == SourceScheme::Stripe =>
+            {
                 // Read by `StripeScopeArgs`, with the sweep's key.
                 continue;
             }
@@ -304,7 +310,11 @@ fn source(upper: &str, given: &Given) -> Result<Option<SourceSettings>, Vec<Stri
                     .filter(|id| !id.is_empty())
                     .map(str::to_owned)
                     .collect();
-                if settings.webhook_ids.iter().any(|id| id == SIMULATOR_WEBHOOK_ID) {
+                if settings
+                    .webhook_ids
+                    .iter()
+                    .any(|id| id == SIMULATOR_WEBHOOK_ID)
+                {
                     problems.push(refused(&format!(
                         "lists {SIMULATOR_WEBHOOK_ID}, the id PayPal's public simulator signs \
                          for: anyone could deliver sample events"
@@ -316,7 +326,7 @@ fn source(upper: &str, given: &Given) -> Result<Option<SourceSettings>, Vec<Stri
                     "a generic source has no effects to apply; it records and forwards its events",
                 )),
                 Ok(effects) => settings.effects = effects,
-                Err(_) => problems.push(refused("is apply or record")),
+                Err(_) => problems.push(expects("apply or record")),
             },
             Setting::Owner if !scheme.is_payment() => problems.push(refused(
                 "a generic source moves no money, so it has no owner rule",
@@ -332,15 +342,15 @@ fn source(upper: &str, given: &Given) -> Result<Option<SourceSettings>, Vec<Stri
             }
             Setting::InvoiceCredits => match flag(text) {
                 Some(on) => settings.invoice_credits = on,
-                None => problems.push(refused("is true or false")),
+                None => problems.push(expects("true or false")),
             },
             Setting::Livemode => match LiveMode::from_str(text, true) {
                 Ok(mode) => settings.livemode = Some(mode),
-                Err(_) => problems.push(refused("is true, false or any")),
+                Err(_) => problems.push(expects("true, false or any")),
             },
             Setting::Connect => match flag(text) {
                 Some(on) => settings.connect = on,
-                None => problems.push(refused("is true or false")),
+                None => problems.push(expects("true or false")),
             },
         }
         read_any = true;
@@ -457,8 +467,9 @@ impl StripeScopeArgs {
         };
         let connect = match set_text(&self.stripe_connect) {
             None => false,
-            Some(text) => flag(text)
-                .ok_or_else(|| anyhow::anyhow!("WEBHOOKD_SOURCE_STRIPE_CONNECT is true or false"))?,
+            Some(text) => flag(text).ok_or_else(|| {
+                anyhow::anyhow!("WEBHOOKD_SOURCE_STRIPE_CONNECT is true or false")
+            })?,
         };
         let accounts = match set_text(&self.stripe_connect_accounts) {
             None => None,

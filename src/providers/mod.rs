@@ -36,8 +36,8 @@ pub(crate) use event::source_event;
 pub use event::testing;
 pub use event::{Event, Kind, Receiver, VerifiedEvent, Via, is_own_id};
 use event::{delivered_id, verified};
-use received::Received;
 pub(crate) use keys::{HmacSha256, Keys};
+use received::Received;
 pub use scope::{Scope, key_mode, mode_name};
 
 use std::collections::HashMap;
@@ -277,8 +277,10 @@ fn verifier(source: &Source, tolerance_secs: u64) -> anyhow::Result<Option<Box<d
         return Ok(None);
     }
     Ok(match source.scheme {
-        Scheme::Stripe => stripe::StripeVerifier::new(secrets, tolerance_secs, source.scope.clone())
-            .map(|v| Box::new(v) as Box<dyn Verify>),
+        Scheme::Stripe => {
+            stripe::StripeVerifier::new(secrets, tolerance_secs, source.scope.clone())
+                .map(|v| Box::new(v) as Box<dyn Verify>)
+        }
         Scheme::Razorpay => {
             razorpay::RazorpayVerifier::new(secrets).map(|v| Box::new(v) as Box<dyn Verify>)
         }

@@ -24,9 +24,7 @@ mod sources;
 mod workers;
 
 use settings::connection_limits;
-pub use settings::{
-    batch_settings, database_options, migrate, pool, require_sessions, validate,
-};
+pub use settings::{batch_settings, database_options, migrate, pool, require_sessions, validate};
 pub use sources::{providers_settings, registry};
 pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper};
 

@@ -35,7 +35,10 @@ pub fn providers_settings(settings: &ServeSettings) -> anyhow::Result<providers:
 /// What the sources configured do with their events, none mounted: how a
 /// replay outside `serve` (`webhookd events replay`) judges a stored
 /// event by the source that received it.
-pub fn registry(stripe: &StripeApiArgs, configured: &[SourceSettings]) -> anyhow::Result<Providers> {
+pub fn registry(
+    stripe: &StripeApiArgs,
+    configured: &[SourceSettings],
+) -> anyhow::Result<Providers> {
     let sources = sources(stripe, configured, |_| Keys::Secrets(Secrets::default()))?;
     Ok(Providers::registry(&providers::Settings {
         tolerance_secs: 0,
