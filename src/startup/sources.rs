@@ -12,6 +12,7 @@ use crate::providers::paypal::PaypalSettings;
 use crate::providers::paypal::certs::{CertSettings, Env};
 use crate::providers::{self, Providers, Scheme, Scope};
 use crate::secrets::Secrets;
+use crate::sweep::Swept;
 
 /// Each source's own keys, and the events each takes.
 pub fn providers_settings(settings: &ServeSettings) -> anyhow::Result<providers::Settings> {
@@ -44,6 +45,23 @@ pub fn registry(
         tolerance_secs: 0,
         sources,
     }))
+}
+
+/// The built-in source `provider` of `sources`, as a sweep of its
+/// provider's API recovers its events.
+pub fn swept(sources: &Providers, provider: &str) -> Swept {
+    Swept {
+        scope: sources.scope(provider).clone(),
+        receiver: sources.receiver(provider),
+    }
+}
+
+/// [`swept`] for a command outside `serve` (`webhookd sweep`, `import`):
+/// the sources of this process's environment, the source `stripe`'s
+/// scope from `stripe`.
+pub fn swept_from_env(stripe: &StripeApiArgs, provider: &str) -> anyhow::Result<Swept> {
+    let configured = crate::config::sources_from_process_env()?;
+    Ok(swept(&registry(stripe, &configured)?, provider))
 }
 
 /// What verifies a source's deliveries.
