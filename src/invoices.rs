@@ -80,11 +80,11 @@ pub async fn paid_by(
     provider: &str,
     payment_id: &str,
 ) -> Result<Option<String>, sqlx::Error> {
-    Ok(sqlx::query_scalar!(
+    sqlx::query_scalar!(
         "select invoice_id from invoice_payments where provider = $1 and payment_id = $2",
         provider,
         payment_id,
     )
     .fetch_optional(conn)
-    .await?)
+    .await
 }
