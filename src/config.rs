@@ -33,7 +33,10 @@ pub use outbox::{OutboxOrder, OutboxSettings};
 pub use parse::parse;
 pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
 pub use refused::refused;
-pub use sources::{LiveMode, SourceScheme, SourceSettings, StripeScopeArgs, sources_from_env};
+pub use sources::{
+    LiveMode, SourceEffects, SourceScheme, SourceSettings, StripeScopeArgs, sources_from_env,
+    sources_from_process_env,
+};
 pub use sweep::{PeriodicSweepArgs, RazorpayApiArgs, StripeApiArgs};
 
 /// Which parts of the service a `serve` process runs.
@@ -144,9 +147,9 @@ pub struct ServeSettings {
     #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
     pub razorpay_webhook_secret: Secrets,
 
-    /// Generic sources, read from `WEBHOOKD_SOURCE_<NAME>_SCHEME` and
-    /// `WEBHOOKD_SOURCE_<NAME>_SECRET` (see [`sources_from_env`]) by
-    /// [`ServeSettings::with_sources`].
+    /// The sources, read from `WEBHOOKD_SOURCE_<NAME>_*` (see
+    /// [`sources_from_env`]): the named ones, and the built-in ones' own
+    /// settings.
     #[arg(skip)]
     pub sources: Vec<SourceSettings>,
 

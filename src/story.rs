@@ -46,7 +46,8 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
                           case e.received_via
                               when 'sweep' then 'found by a sweep of the provider''s API'
                               when 'import' then 'imported (applied before webhookd)'
-                              else 'received, signature verified' end,
+                              else 'received' || coalesce(' at /webhooks/' || e.source, '')
+                                   || ', signature verified' end,
                           e.outcome, e.detail)
             from processed_events e join related using (provider, event_id)
             union all

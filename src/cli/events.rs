@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 use crate::config::StripeApiArgs;
-use crate::providers::Scope;
+use crate::providers::Providers;
 use crate::{events, ingest};
 
 #[derive(Debug, Subcommand)]
@@ -22,9 +22,10 @@ pub enum EventsCommand {
     },
     /// One event: outcome, detail and the verified payload.
     Show { provider: String, event_id: String },
-    /// Re-run a stored event's effects through the same idempotent path
-    /// (a Stripe event judged by the source `stripe`'s mode and Connect
-    /// settings as they are now).
+    /// Re-run a stored event's effects through the same idempotent path,
+    /// judged by the source that received it as it is configured now
+    /// (`WEBHOOKD_SOURCE_<NAME>_*`; a Stripe event by its source's mode and
+    /// Connect settings).
     Replay {
         provider: String,
         event_id: String,
@@ -48,11 +49,9 @@ pub async fn run(
             event_id,
             stripe,
         } => {
-            let scope = match provider.as_str() {
-                crate::providers::stripe::PROVIDER => stripe.scope()?,
-                _ => Scope::ANY,
-            };
-            replay(pool, &scope, provider, event_id, out).await
+            let configured = crate::config::sources_from_process_env()?;
+            let sources = crate::startup::registry(stripe, &configured)?;
+            replay(pool, &sources, provider, event_id, out).await
         }
     }
 }
@@ -99,6 +98,7 @@ async fn show(
     )?;
     writeln!(out, "received:    {}", stored.received_at)?;
     writeln!(out, "via:         {}", id(&stored.received_via))?;
+    writeln!(out, "source:      {}", id(stored.source_name()))?;
     writeln!(out, "outcome:     {}", stored.outcome)?;
     let detail = stored.detail.to_string();
     writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;
@@ -113,12 +113,12 @@ async fn show(
 /// effects must not run here.
 async fn replay(
     pool: &PgPool,
-    scope: &Scope,
+    sources: &Providers,
     provider: &str,
     event_id: &str,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let done = ingest::replay_stored(pool, scope, provider, event_id)
+    let done = ingest::replay_stored(pool, sources, provider, event_id)
         .await?
         .map_err(|refused| anyhow::anyhow!("{} {}: {refused}", id(provider), id(event_id)))?;
     let applied = &done.replayed.applied;

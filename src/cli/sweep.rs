@@ -14,7 +14,6 @@ use super::import_file;
 use super::json_line;
 use crate::clock::Clock;
 use crate::config::{RazorpayApiArgs, StripeApiArgs};
-use crate::providers::Scope;
 use crate::startup;
 use crate::sweep::listing;
 use crate::sweep::paypal::{Paypal, PaypalApiArgs};
@@ -115,8 +114,8 @@ pub async fn sweep(
             let mut api = startup::stripe_api(&args.api)?;
             let window =
                 floored(pool, clock, crate::providers::stripe::PROVIDER, args.since).await?;
-            let scope = args.api.scope()?;
-            listing::sweep::<Stripe>(&mut api, pool, mode(args.dry_run), &scope, window, None)
+            let source = startup::swept_from_env(&args.api, crate::providers::stripe::PROVIDER)?;
+            listing::sweep::<Stripe>(&mut api, pool, mode(args.dry_run), &source, window, None)
                 .await?
         }
         SweepCommand::Razorpay(args) => {
@@ -124,14 +123,23 @@ pub async fn sweep(
             let (since, _) = window(clock, args.since);
             let since = sweep::floor(pool, crate::providers::razorpay::PROVIDER, since).await?;
             let until = clock.now() - sweep::razorpay::SETTLE_SECS;
-            sweep::razorpay::sweep(&mut api, pool, mode(args.dry_run), (since, until), None).await?
+            let source = startup::swept_from_env(
+                &StripeApiArgs::default(),
+                crate::providers::razorpay::PROVIDER,
+            )?;
+            let mode = mode(args.dry_run);
+            sweep::razorpay::sweep(&mut api, pool, mode, &source, (since, until), None).await?
         }
         SweepCommand::Paypal(args) => {
             let mut api = sweep::paypal::api(&args.api)?;
             let window =
                 floored(pool, clock, crate::providers::paypal::PROVIDER, args.since).await?;
-            let any = Scope::ANY;
-            listing::sweep::<Paypal>(&mut api, pool, mode(args.dry_run), &any, window, None).await?
+            let source = startup::swept_from_env(
+                &StripeApiArgs::default(),
+                crate::providers::paypal::PROVIDER,
+            )?;
+            listing::sweep::<Paypal>(&mut api, pool, mode(args.dry_run), &source, window, None)
+                .await?
         }
     };
     let mode = mode(summary.dry_run);
@@ -185,13 +193,16 @@ async fn import_listed(
     let summary = match source {
         ImportSource::Stripe => {
             let mut api = startup::stripe_api(&args.api)?;
-            let scope = args.api.scope()?;
-            listing::sweep::<Stripe>(&mut api, pool, mode, &scope, (since, until), None).await?
+            let source = startup::swept_from_env(&args.api, crate::providers::stripe::PROVIDER)?;
+            listing::sweep::<Stripe>(&mut api, pool, mode, &source, (since, until), None).await?
         }
         ImportSource::Paypal => {
             let mut api = sweep::paypal::api(&args.paypal)?;
-            let any = Scope::ANY;
-            listing::sweep::<Paypal>(&mut api, pool, mode, &any, (since, until), None).await?
+            let source = startup::swept_from_env(
+                &StripeApiArgs::default(),
+                crate::providers::paypal::PROVIDER,
+            )?;
+            listing::sweep::<Paypal>(&mut api, pool, mode, &source, (since, until), None).await?
         }
     };
     if mode == Mode::Import {

@@ -60,8 +60,9 @@ pub struct Lock {
     pub key: String,
 }
 
-/// Claims each event's `(provider, event_id)`, sorted (so concurrent
-/// transactions claim in one order), and then takes the locks of the events
+/// Claims each event's `(provider, event_id)`, recording the source that
+/// received it ([`stored_source`]), sorted (so concurrent transactions
+/// claim in one order), and then takes the locks of the events
 /// claimed, in their global order. Returns the indexes of the claims that
 /// were new: the others are recorded already (a concurrent claim waits on
 /// the primary key until the first commits or rolls back, so exactly one
@@ -73,6 +74,7 @@ pub async fn claim_and_lock(
 ) -> Result<Vec<usize>, sqlx::Error> {
     let column = |f: fn(&Claim<'_>) -> String| claims.iter().map(f).collect::<Vec<_>>();
     let created: Vec<Option<i64>> = claims.iter().map(|c| c.event.created()).collect();
+    let source: Vec<Option<&str>> = claims.iter().map(|c| stored_source(c.event)).collect();
     let lock_owner: Vec<Option<i32>> = locks
         .iter()
         .map(|l| l.owner.map(|o| i32::try_from(o).unwrap_or(i32::MAX)))
@@ -84,14 +86,14 @@ pub async fn claim_and_lock(
     let rows = sqlx::query!(
         r#"
         with input as (
-            select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
+            select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $10::text[])
                 with ordinality
-                as input (provider, event_id, event_type, payload, created, received_via, position)
+                as input (provider, event_id, event_type, payload, created, received_via, source, position)
         ), claimed as (
             insert into processed_events
-                (provider, event_id, event_type, outcome, payload, provider_created_at, received_via)
+                (provider, event_id, event_type, outcome, payload, provider_created_at, received_via, source)
             select distinct on (provider, event_id)
-                   provider, event_id, event_type, 'pending', payload::jsonb, to_timestamp(created), received_via
+                   provider, event_id, event_type, 'pending', payload::jsonb, to_timestamp(created), received_via, source
             from input
             order by provider, event_id, position
             on conflict (provider, event_id) do nothing
@@ -121,6 +123,7 @@ pub async fn claim_and_lock(
         &lock_owner as &[Option<i32>],
         &lock_class,
         &lock_key,
+        &source as &[Option<&str>],
     )
     .fetch_all(conn)
     .await?;
@@ -130,6 +133,13 @@ pub async fn claim_and_lock(
         .collect();
     claimed.sort_unstable();
     Ok(claimed)
+}
+
+/// The `source` column of `event`: the source that received it, unless
+/// that is the one named as its provider (`/webhooks/stripe`, a generic
+/// source's own) or none (a sweep's).
+fn stored_source(event: &Event) -> Option<&str> {
+    event.source().filter(|source| *source != event.provider())
 }
 
 /// Claims one event ([`claim_and_lock`] without locks). `false`: recorded
@@ -287,6 +297,9 @@ pub struct StoredEvent {
     pub event_id: String,
     pub event_type: String,
     pub payload: String,
+    /// The source that received it, when not the one named as its
+    /// provider (the `source` column).
+    pub source: Option<String>,
 }
 
 /// Removes and returns the events waiting for `waits_for`, oldest event first.
@@ -303,7 +316,7 @@ pub async fn take_deferred(
             where provider = $1 and waits_for = $2
             returning provider, event_id
         )
-        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!"
+        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!", e.source
         from taken join processed_events e using (provider, event_id)
         order by e.provider_created_at nulls first, e.event_id
         "#,
@@ -364,7 +377,7 @@ pub async fn take_owner_wait(
             where provider = $1 and event_id = $2 and starts_with(waits_for, 'owner:')
             returning provider, event_id, waits_for, created_at
         )
-        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!",
+        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!", e.source,
                t.waits_for, t.created_at as "since: db::Timestamp"
         from taken t join processed_events e using (provider, event_id)
         "#,
@@ -379,6 +392,7 @@ pub async fn take_owner_wait(
             event_id: row.event_id,
             event_type: row.event_type,
             payload: row.payload,
+            source: row.source,
         },
         waits_for: row.waits_for,
         since: row.since,

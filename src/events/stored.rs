@@ -17,6 +17,17 @@ pub struct Stored {
     pub provider_created_at: Option<String>,
     pub received_at: String,
     pub received_via: String,
+    /// The source that received it, when not the one named as its
+    /// provider (the `source` column).
+    pub source: Option<String>,
+}
+
+impl Stored {
+    /// The source that received it: the `source` column, else the one
+    /// named as its provider.
+    pub fn source_name(&self) -> &str {
+        self.source.as_deref().unwrap_or(&self.provider)
+    }
 }
 
 /// The stored event `provider`/`event_id`, whole ([`preview`]'s, of every
@@ -41,6 +52,7 @@ pub async fn find(
         provider_created_at: whole.provider_created_at,
         received_at: whole.received_at,
         received_via: whole.received_via,
+        source: whole.source,
     }))
 }
 
@@ -62,6 +74,16 @@ pub struct Preview {
     /// To the millisecond.
     pub received_at: String,
     pub received_via: String,
+    /// See [`Stored::source`].
+    pub source: Option<String>,
+}
+
+impl Preview {
+    /// The source that received it: the `source` column, else the one
+    /// named as its provider.
+    pub fn source_name(&self) -> &str {
+        self.source.as_deref().unwrap_or(&self.provider)
+    }
 }
 
 pub async fn preview(
@@ -77,7 +99,7 @@ pub async fn preview(
                left(payload::text, $3) as "payload_head!", octet_length(payload::text) as "payload_bytes!",
                provider_created_at as "provider_created_at: Timestamp",
                received_at as "received_at: Timestamp",
-               received_via
+               received_via, source
         from processed_events
         where provider = $1 and event_id = $2
         "#,
@@ -97,6 +119,7 @@ pub async fn preview(
         provider_created_at: row.provider_created_at.map(|at| at.to_string()),
         received_at: row.received_at.millis(),
         received_via: row.received_via,
+        source: row.source,
     }))
 }
 

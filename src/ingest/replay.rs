@@ -7,7 +7,7 @@ use super::Error;
 use super::engine;
 use crate::effects;
 use crate::events::{self, Outcome};
-use crate::providers::{Event, Scope};
+use crate::providers::{Event, Providers};
 
 /// Re-runs a stored event's effects through the same idempotent path, in one
 /// transaction, under the same locks. Effects that exist already are kept:
@@ -46,6 +46,10 @@ pub enum ReplayRefused {
     Imported,
     #[error("the stored payload cannot be replayed: {0}")]
     Unreplayable(String),
+    /// The source that received it is not configured now: what it does
+    /// with its events (apply, or only record) is not known.
+    #[error("the source `{0}` that received it is not configured")]
+    UnknownSource(String),
 }
 
 /// What [`replay_stored`] did: the outcome stored before, and the replay.
@@ -57,11 +61,13 @@ pub struct ReplayedStored {
 
 /// Replays the stored event `provider`/`event_id` through [`replay`],
 /// except for an imported event: what `webhookd events replay` and the
-/// console's "replay" both run. `scope` is the provider's as configured
-/// now: an event it does not take is rejected, as its delivery would be.
+/// console's "replay" both run. It is judged by the source that received
+/// it as `sources` configure it now (its scope: an event it does not take
+/// is rejected, as its delivery would be; whether it only records); an
+/// event of a named source no longer configured is not replayed.
 pub async fn replay_stored(
     pool: &PgPool,
-    scope: &Scope,
+    sources: &Providers,
     provider: &str,
     event_id: &str,
 ) -> Result<Result<ReplayedStored, ReplayRefused>, Error> {
@@ -71,6 +77,11 @@ pub async fn replay_stored(
     if stored.outcome == Outcome::Imported {
         return Ok(Err(ReplayRefused::Imported));
     }
+    let source = stored.source_name().to_owned();
+    let receiver = sources.receiver(&source);
+    if receiver.is_none() && stored.source.is_some() {
+        return Ok(Err(ReplayRefused::UnknownSource(source)));
+    }
     let event = match Event::from_stored_at(
         &stored.provider,
         &stored.event_id,
@@ -78,7 +89,7 @@ pub async fn replay_stored(
         stored.payload.into(),
         stored.provider_created_at.as_deref(),
     ) {
-        Ok(event) => event.within(scope),
+        Ok(event) => event.received_by(receiver).within(sources.scope(&source)),
         Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
     };
     let replayed = replay(pool, &event, stored.outcome).await?;

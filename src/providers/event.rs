@@ -77,7 +77,9 @@ pub struct Event {
     /// it is then recorded `rejected` with this reason, touching nothing.
     pub(super) refusal: Option<String>,
     /// The endpoint that received it and what that endpoint does with its
-    /// events ([`Receiver`]); `None`: the built-in source of its provider.
+    /// events ([`Receiver`]): every mounted source stamps its deliveries.
+    /// `None`: it came through no endpoint (a sweep found it; a test built
+    /// it), and is judged as its provider's built-in source's.
     pub(super) receiver: Option<Arc<Receiver>>,
 }
 
@@ -154,7 +156,9 @@ impl Event {
         Event { receiver, ..self }
     }
 
-    /// The source that received it: its name, `None` for the built-in one.
+    /// The source that received it (its name: `stripe` for the built-in
+    /// one, `connected` for `WEBHOOKD_SOURCE_CONNECTED_*`); `None` when it
+    /// came through no endpoint ([`Event::received_by`]).
     pub fn source(&self) -> Option<&str> {
         self.receiver.as_ref().map(|r| r.name.as_str())
     }

@@ -4,9 +4,9 @@
 //! [`SignatureError`] out. Nothing here touches the database, and nothing
 //! below the HTTP handler accepts an event that did not come through here.
 //!
-//! Adding a scheme is one file here implementing [`Verify`], one line in
-//! [`Providers::from_settings`], and, where it moves money, one file in
-//! `effects/`.
+//! Adding a scheme is one file here implementing [`Verify`], one arm in
+//! [`Providers::from_settings`]'s `verifier`, and, where it moves money,
+//! one file in `effects/`.
 
 mod body_signature;
 mod event;
@@ -16,6 +16,7 @@ mod keys;
 mod payload;
 pub mod paypal;
 pub mod razorpay;
+mod received;
 mod scope;
 pub mod shopify;
 pub mod standard;
@@ -36,6 +37,7 @@ pub use event::testing;
 pub use event::{Event, Kind, Receiver, VerifiedEvent, Via, is_own_id};
 use event::{delivered_id, verified};
 pub(crate) use keys::{HmacSha256, Keys};
+use received::Received;
 pub use scope::{Scope, key_mode, mode_name};
 
 use std::collections::HashMap;
@@ -45,6 +47,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::HeaderMap;
 
+use crate::owners::Rule;
 use crate::secrets::Secrets;
 
 /// Why a delivery was refused before any database work. Every variant but
@@ -108,105 +111,154 @@ pub trait Verify: Send + Sync + fmt::Debug {
     ) -> Result<VerifiedEvent, SignatureError>;
 }
 
-/// Every mounted provider and source, by the name in `/webhooks/{name}`.
-/// A provider without a configured secret is absent: 404, never unverified.
+/// Every mounted source, by the name in `/webhooks/{name}`, and what each
+/// configured source (mounted or not) does with its events. A source
+/// without a configured secret is absent: 404, never unverified.
 #[derive(Debug, Default, Clone)]
 pub struct Providers {
     by_name: HashMap<String, Arc<dyn Verify>>,
-    /// The scope of each provider that has one other than [`Scope::ANY`]
-    /// (Stripe's), mounted or not: a replay judges by it too.
+    /// The scope of each source that has one other than [`Scope::ANY`]
+    /// (a Stripe source's), mounted or not: a replay judges by it too.
     scopes: HashMap<String, Scope>,
+    /// Each configured source's [`Receiver`], mounted or not: a replay
+    /// of its events does what it does.
+    receivers: HashMap<String, Arc<Receiver>>,
 }
 
-/// What to mount: each scheme with its own keys. `startup` builds it from
+/// What to mount: each source with its own keys. `startup` builds it from
 /// the configuration.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     /// Largest accepted difference, in seconds, between a signed timestamp
     /// and now, either way.
     pub tolerance_secs: u64,
-    /// Stripe's endpoint secrets; none: Stripe is not mounted.
-    pub stripe: Secrets,
-    /// The mode and Connect accounts Stripe's endpoint takes.
-    pub stripe_scope: Scope,
-    /// Razorpay's webhook secrets; none: Razorpay is not mounted.
-    pub razorpay: Secrets,
-    /// PayPal's webhook ids and certificates; none: PayPal is not mounted.
-    pub paypal: Option<paypal::PaypalSettings>,
+    /// The built-in sources (`stripe`, `razorpay`, `paypal`, configured or
+    /// not) and the named ones.
     pub sources: Vec<Source>,
 }
 
-/// A generic source, mounted at `POST /webhooks/{name}`.
+/// A source: one endpoint, mounted at `POST /webhooks/{name}`.
 #[derive(Debug, Clone)]
 pub struct Source {
-    /// The `provider` column of its events.
+    /// Its route and its `source` column; a generic scheme's `provider`
+    /// column too (a payment scheme's is the scheme's, whichever of its
+    /// sources received the event: one dedupe space per scheme).
     pub name: String,
     pub scheme: Scheme,
+    /// Its secrets; none: not mounted. A PayPal source has `paypal`
+    /// instead.
     pub secrets: Secrets,
+    /// A PayPal source's webhook ids and certificates; `None`: not mounted.
+    pub paypal: Option<paypal::PaypalSettings>,
+    /// The events it takes (a Stripe source's mode and Connect accounts).
+    pub scope: Scope,
+    /// Whether it only records its events ([`Receiver::record_only`]).
+    pub record_only: bool,
+    pub owner: Option<Rule>,
+    pub invoice_credits: bool,
 }
 
-/// How a generic source signs its deliveries.
+impl Source {
+    /// A source of `scheme` with `secrets`, every other setting at its
+    /// default (a generic scheme's records: it has nothing to apply).
+    pub fn new(name: &str, scheme: Scheme, secrets: Secrets) -> Self {
+        Source {
+            name: name.to_owned(),
+            scheme,
+            secrets,
+            paypal: None,
+            scope: Scope::ANY,
+            record_only: !scheme.is_payment(),
+            owner: None,
+            invoice_credits: false,
+        }
+    }
+
+    fn receiver(&self) -> Receiver {
+        Receiver {
+            name: self.name.clone(),
+            record_only: self.record_only,
+            owner: self.owner.clone(),
+            invoice_credits: self.invoice_credits,
+        }
+    }
+}
+
+/// How a source signs its deliveries and what its events mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
+    Stripe,
+    Razorpay,
+    Paypal,
     StandardWebhooks,
     Github,
     Shopify,
 }
 
+impl Scheme {
+    /// Whether its events move money: its sources share the scheme's
+    /// provider name ([`stripe::PROVIDER`], ...) and dedupe space.
+    pub fn is_payment(self) -> bool {
+        matches!(self, Scheme::Stripe | Scheme::Razorpay | Scheme::Paypal)
+    }
+}
+
 impl Providers {
+    /// Mounts every source that has its keys, each verifier stamping its
+    /// events with the source that received them ([`Event::received_by`]).
+    /// Two sources of one name are refused.
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Self> {
-        let mut providers = Providers::default();
-        providers
-            .scopes
-            .insert(stripe::PROVIDER.to_owned(), settings.stripe_scope.clone());
-        if let Some(stripe) = stripe::StripeVerifier::new(
-            &settings.stripe,
-            settings.tolerance_secs,
-            settings.stripe_scope.clone(),
-        ) {
-            providers.insert(stripe::PROVIDER, stripe);
-        }
-        if let Some(razorpay) = razorpay::RazorpayVerifier::new(&settings.razorpay) {
-            providers.insert(razorpay::PROVIDER, razorpay);
-        }
-        if let Some(paypal) = &settings.paypal {
-            providers.insert(paypal::PROVIDER, paypal::PaypalVerifier::new(paypal)?);
-        }
+        let mut providers = Providers::registry(settings);
+        let mut names = std::collections::HashSet::new();
         for source in &settings.sources {
-            let name: Arc<str> = source.name.as_str().into();
-            match source.scheme {
-                Scheme::StandardWebhooks => providers.insert(
-                    &source.name,
-                    standard::StandardVerifier::new(
-                        name,
-                        &source.secrets,
-                        settings.tolerance_secs,
-                    )?,
-                ),
-                Scheme::Github => providers.insert(
-                    &source.name,
-                    github::GithubVerifier::new(name, &source.secrets),
-                ),
-                Scheme::Shopify => providers.insert(
-                    &source.name,
-                    shopify::ShopifyVerifier::new(name, &source.secrets),
-                ),
-            }
+            anyhow::ensure!(
+                names.insert(source.name.as_str()),
+                "two sources are named {}",
+                source.name
+            );
+            let Some(verifier) = verifier(source, settings.tolerance_secs)? else {
+                continue;
+            };
+            let receiver = providers.receivers[&source.name].clone();
+            providers.by_name.insert(
+                source.name.clone(),
+                Arc::new(Received::new(verifier, receiver)),
+            );
         }
         Ok(providers)
     }
 
-    fn insert(&mut self, name: &str, verifier: impl Verify + 'static) {
-        self.by_name.insert(name.to_owned(), Arc::new(verifier));
+    /// What each source of `settings` does with its events (its scope and
+    /// [`Receiver`]), none of them mounted: for judging stored events (a
+    /// replay) outside `serve`.
+    pub fn registry(settings: &Settings) -> Self {
+        let mut providers = Providers::default();
+        for source in &settings.sources {
+            if source.scope != Scope::ANY {
+                providers
+                    .scopes
+                    .insert(source.name.clone(), source.scope.clone());
+            }
+            providers
+                .receivers
+                .insert(source.name.clone(), Arc::new(source.receiver()));
+        }
+        providers
     }
 
     pub fn get(&self, name: &str) -> Option<&dyn Verify> {
         self.by_name.get(name).map(|v| &**v)
     }
 
-    /// The events `provider` takes ([`Scope::ANY`] for most).
-    pub fn scope(&self, provider: &str) -> &Scope {
-        self.scopes.get(provider).unwrap_or(&Scope::ANY)
+    /// The events the source `name` takes ([`Scope::ANY`] for most).
+    pub fn scope(&self, name: &str) -> &Scope {
+        self.scopes.get(name).unwrap_or(&Scope::ANY)
+    }
+
+    /// What the source `name` does with its events; `None`: no source of
+    /// that name is configured.
+    pub fn receiver(&self, name: &str) -> Option<Arc<Receiver>> {
+        self.receivers.get(name).cloned()
     }
 
     /// Mounted names, sorted.
@@ -215,6 +267,35 @@ impl Providers {
         names.sort_unstable();
         names
     }
+}
+
+/// The verifier of `source`, with its own keys; `None` when it has none.
+fn verifier(source: &Source, tolerance_secs: u64) -> anyhow::Result<Option<Box<dyn Verify>>> {
+    let name: Arc<str> = source.name.as_str().into();
+    let secrets = &source.secrets;
+    if source.scheme != Scheme::Paypal && secrets.is_empty() {
+        return Ok(None);
+    }
+    Ok(match source.scheme {
+        Scheme::Stripe => {
+            stripe::StripeVerifier::new(secrets, tolerance_secs, source.scope.clone())
+                .map(|v| Box::new(v) as Box<dyn Verify>)
+        }
+        Scheme::Razorpay => {
+            razorpay::RazorpayVerifier::new(secrets).map(|v| Box::new(v) as Box<dyn Verify>)
+        }
+        Scheme::Paypal => match &source.paypal {
+            Some(paypal) => Some(Box::new(paypal::PaypalVerifier::new(paypal)?)),
+            None => None,
+        },
+        Scheme::StandardWebhooks => Some(Box::new(standard::StandardVerifier::new(
+            name,
+            secrets,
+            tolerance_secs,
+        )?)),
+        Scheme::Github => Some(Box::new(github::GithubVerifier::new(name, secrets))),
+        Scheme::Shopify => Some(Box::new(shopify::ShopifyVerifier::new(name, secrets))),
+    })
 }
 
 #[cfg(test)]

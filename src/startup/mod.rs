@@ -20,13 +20,14 @@ use crate::ingest::{Ingestor, Wake};
 use crate::providers::Providers;
 
 mod settings;
+mod sources;
 mod workers;
 
 use settings::connection_limits;
 pub use settings::{
-    batch_settings, database_options, migrate, pool, problems, providers_settings,
-    require_sessions, validate,
+    batch_settings, database_options, migrate, pool, problems, require_sessions, validate,
 };
+pub use sources::{providers_settings, registry, swept, swept_from_env};
 pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper};
 
 /// What the workers of this process (its drainer, its sweep) share with the

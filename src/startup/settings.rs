@@ -8,15 +8,12 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 
 use crate::config::{
-    DatabaseSettings, DbPooler, Invalid, PaypalEnv, SIMULATOR_WEBHOOK_ID, ServeSettings,
-    SourceScheme,
+    DatabaseSettings, DbPooler, Invalid, SIMULATOR_WEBHOOK_ID, ServeSettings, SourceScheme,
 };
 use crate::db;
 use crate::http::serve::{self, ConnectionLimits};
 use crate::ingest::batch::BatchSettings;
 use crate::outbox::worker::LEASE_MARGIN;
-use crate::providers::paypal::PaypalSettings;
-use crate::providers::paypal::certs::{CertSettings, Env};
 use crate::providers::{self, Providers};
 
 /// Checks everything about the configuration of `serve` that can be checked
@@ -43,17 +40,22 @@ pub fn problems(settings: &ServeSettings, database: &DatabaseSettings) -> Vec<St
     }
     // Built to check every key, without creating PayPal's certificate
     // directory: that is checked read-only, and created when serving.
-    let mut checked = match providers_settings(settings) {
+    let mut checked = match super::providers_settings(settings) {
         Ok(checked) => checked,
         Err(error) => {
             problems.push(format!("{error:#}"));
             providers::Settings::default()
         }
     };
-    if let Some(dir) = checked.paypal.as_mut().and_then(|p| p.certs.dir.take())
-        && let Err(error) = providers::paypal::certs::check_dir(&dir)
-    {
-        problems.push(format!("{error:#}"));
+    let dirs: std::collections::BTreeSet<_> = checked
+        .sources
+        .iter_mut()
+        .filter_map(|source| source.paypal.as_mut()?.certs.dir.take())
+        .collect();
+    for dir in dirs {
+        if let Err(error) = providers::paypal::certs::check_dir(&dir) {
+            problems.push(format!("{error:#}"));
+        }
     }
     if let Err(error) = Providers::from_settings(&checked) {
         problems.push(format!("{error:#}"));
@@ -106,7 +108,7 @@ fn admin_problems(admin: &crate::config::AdminArgs, listen: std::net::SocketAddr
 /// The shortest console login allowed: shorter ones expire as they start.
 const MIN_SESSION_TTL: Duration = Duration::from_secs(60);
 
-/// What is wrong with PayPal's settings, if it is mounted.
+/// What is wrong with PayPal's settings, if a PayPal source is mounted.
 fn paypal_problems(settings: &ServeSettings) -> Vec<String> {
     let mut problems = Vec::new();
     if settings
@@ -121,7 +123,11 @@ fn paypal_problems(settings: &ServeSettings) -> Vec<String> {
         ));
     }
     let timeout = settings.paypal.paypal_cert_timeout;
-    let mounted = !settings.paypal.webhook_ids().is_empty();
+    let mounted = !settings.paypal.webhook_ids().is_empty()
+        || settings
+            .sources
+            .iter()
+            .any(|source| source.scheme == SourceScheme::Paypal && !source.is_built_in());
     if mounted && (timeout.is_zero() || timeout >= settings.request_timeout) {
         problems.push(
             "WEBHOOKD_PAYPAL_CERT_TIMEOUT must be above zero and below WEBHOOKD_REQUEST_TIMEOUT"
@@ -138,26 +144,6 @@ pub(super) fn set(value: &Option<SecretString>) -> Option<SecretString> {
         .as_ref()
         .filter(|v| !v.expose_secret().trim().is_empty())
         .cloned()
-}
-
-/// PayPal's verifier settings, when a webhook id is configured.
-fn paypal_settings(settings: &ServeSettings) -> Option<PaypalSettings> {
-    let webhook_ids = settings.paypal.webhook_ids();
-    let environments = match settings.paypal.paypal_env {
-        PaypalEnv::Live => vec![Env::Live],
-        PaypalEnv::Sandbox => vec![Env::Sandbox],
-        PaypalEnv::Both => vec![Env::Live, Env::Sandbox],
-    };
-    (!webhook_ids.is_empty()).then(|| PaypalSettings {
-        webhook_ids,
-        tolerance_secs: settings.tolerance_secs,
-        environments,
-        certs: CertSettings {
-            dir: settings.paypal.paypal_cert_dir.clone(),
-            timeout: settings.paypal.paypal_cert_timeout,
-            ..CertSettings::default()
-        },
-    })
 }
 
 /// How to reach the database, from `DATABASE_URL` and the pool's settings.
@@ -195,30 +181,6 @@ pub async fn require_sessions(settings: &DatabaseSettings, pool: &PgPool) -> any
 /// Applies pending migrations to the configured database.
 pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<()> {
     db::migrate(&database_options(settings)?).await
-}
-
-/// Each provider's and source's own keys, and the events each takes.
-pub fn providers_settings(settings: &ServeSettings) -> anyhow::Result<providers::Settings> {
-    Ok(providers::Settings {
-        tolerance_secs: settings.tolerance_secs,
-        stripe: settings.stripe_webhook_secret.clone(),
-        stripe_scope: settings.sweep.stripe.scope()?,
-        razorpay: settings.razorpay_webhook_secret.clone(),
-        paypal: paypal_settings(settings),
-        sources: settings
-            .sources
-            .iter()
-            .map(|source| providers::Source {
-                name: source.name.clone(),
-                scheme: match source.scheme {
-                    SourceScheme::StandardWebhooks => providers::Scheme::StandardWebhooks,
-                    SourceScheme::Github => providers::Scheme::Github,
-                    SourceScheme::Shopify => providers::Scheme::Shopify,
-                },
-                secrets: source.secrets.clone(),
-            })
-            .collect(),
-    })
 }
 
 /// The group commit's settings from the configuration.

@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::config::{self, RazorpayApiArgs, ServeSettings, StripeApiArgs};
 use crate::outbox::retry::RetryPolicy;
 use crate::outbox::{Drainer, DrainerSettings};
-use crate::providers::Scope;
+use crate::providers::Providers;
 use crate::sinks::Sink;
 use crate::sinks::http::HttpSink;
 use crate::sinks::log::LogSink;
@@ -64,22 +64,21 @@ pub fn sweeper(
         tracing::info!("periodic sweep off (WEBHOOKD_SWEEP_INTERVAL=0)");
         return Ok(None);
     }
+    // Each built-in source's events are judged as its deliveries are.
+    let sources = Providers::registry(&super::providers_settings(settings)?);
     let target = |provider, api, default_window| Target {
         provider,
         api,
         window: sweep.sweep_window.unwrap_or(default_window),
-        scope: Scope::ANY,
+        source: super::swept(&sources, provider),
     };
     let mut targets = Vec::new();
     if set(&sweep.stripe.stripe_api_key).is_some() {
-        targets.push(Target {
-            scope: sweep.stripe.scope()?,
-            ..target(
-                crate::providers::stripe::PROVIDER,
-                stripe_api(&sweep.stripe)?,
-                crate::sweep::stripe::DEFAULT_WINDOW,
-            )
-        });
+        targets.push(target(
+            crate::providers::stripe::PROVIDER,
+            stripe_api(&sweep.stripe)?,
+            crate::sweep::stripe::DEFAULT_WINDOW,
+        ));
     }
     let razorpay = &sweep.razorpay;
     let id_set = razorpay

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
-use super::{Checkpoint, Mode, Summary};
-use crate::providers::{Event, Scope, SignatureError};
+use super::{Checkpoint, Mode, Summary, Swept};
+use crate::providers::{Event, SignatureError};
 
 /// Most events held in memory at once (one slice's).
 pub const SLICE_EVENTS: usize = 5_000;
@@ -79,7 +79,8 @@ async fn list<P: EventsApi>(
 }
 
 /// Sweeps `[since, until)` (Unix seconds) of `P`'s events and applies,
-/// counts or imports those `scope` takes ([`Mode`]); the others are
+/// counts or imports those its `source` takes ([`Mode`]), as that source
+/// would their deliveries ([`Swept::judge`]); the others are
 /// skipped. With `checkpoint` (the periodic sweep's lease), the `sweeps`
 /// row advances past each slice once it is applied, and the lease is
 /// renewed; a run whose lease another process took over stops.
@@ -87,7 +88,7 @@ pub(crate) async fn sweep<P: EventsApi>(
     api: &mut Api,
     pool: &PgPool,
     mode: Mode,
-    scope: &Scope,
+    source: &Swept,
     (since, until): (i64, i64),
     checkpoint: Option<&Checkpoint>,
 ) -> anyhow::Result<Summary> {
@@ -108,7 +109,7 @@ pub(crate) async fn sweep<P: EventsApi>(
         let mut unseen = Vec::new();
         for listed in listed {
             let event = match P::event(&listed.raw) {
-                Ok(event) => event.within(scope),
+                Ok(event) => source.judge(event),
                 Err(refusal) => {
                     tracing::warn!(provider = P::PROVIDER,
                         event_id = %crate::telemetry::bounded(&listed.id), %refusal,

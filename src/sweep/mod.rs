@@ -23,14 +23,32 @@ pub mod stripe;
 pub use schedule::SweepStats;
 pub use store::{Run, last_successes, runs};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::events::Outcome;
-use crate::providers::Event;
+use crate::providers::{Event, Receiver, Scope};
 use crate::{events, ingest};
+
+/// The source whose events a sweep recovers (its provider's built-in
+/// one): the events it takes, and what it does with them (only record
+/// them, its owner rule), as its deliveries would be judged.
+#[derive(Debug, Clone, Default)]
+pub struct Swept {
+    pub scope: Scope,
+    /// `None`: the scheme's defaults.
+    pub receiver: Option<Arc<Receiver>>,
+}
+
+impl Swept {
+    /// `event`, as this source takes it.
+    pub(crate) fn judge(&self, event: Event) -> Event {
+        event.received_by(self.receiver.clone()).within(&self.scope)
+    }
+}
 
 /// What a sweep does with each listed event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,7 +27,7 @@ use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
 use super::listing;
-use super::{Checkpoint, Mode, Summary};
+use super::{Checkpoint, Mode, Summary, Swept};
 use crate::ledger::{self, EntryKind};
 use crate::providers::is_identifier;
 use crate::providers::razorpay::{PROVIDER, listed_event};
@@ -52,11 +52,13 @@ use items::{CAPTURED, Collection, Item, REFUNDED};
 
 /// Sweeps `[since, until)` (Unix seconds; `until` is moved back to
 /// [`SETTLE_SECS`] before `now` when later). Dry runs count; imports are
-/// not supported (Razorpay lists no events to import).
+/// not supported (Razorpay lists no events to import). What it applies is
+/// judged as `source` would its deliveries ([`Swept::judge`]).
 pub async fn sweep(
     api: &mut Api,
     pool: &PgPool,
     mode: Mode,
+    source: &Swept,
     (since, until): (i64, i64),
     checkpoint: Option<&Checkpoint>,
 ) -> anyhow::Result<Summary> {
@@ -88,6 +90,7 @@ pub async fn sweep(
             api: &mut *api,
             pool,
             mode,
+            source,
             summary: &mut summary,
             payments: HashMap::new(),
         };
@@ -160,6 +163,7 @@ struct Slice<'a> {
     api: &'a mut Api,
     pool: &'a PgPool,
     mode: Mode,
+    source: &'a Swept,
     summary: &'a mut Summary,
     /// The window's payments (and those fetched for its refunds), by id.
     payments: HashMap<String, Box<RawValue>>,
@@ -289,7 +293,7 @@ impl Slice<'_> {
         let body = items::envelope(event, item, payment)?;
         let event_id = format!("{SWEEP_ID_PREFIX}{event}:{}", item.id().unwrap_or_default());
         let event = match listed_event(&Bytes::from(body), &event_id) {
-            Ok(event) => event,
+            Ok(event) => self.source.judge(event),
             Err(refusal) => {
                 tracing::warn!(%refusal, "Razorpay listed an entity webhookd cannot read; skipped");
                 self.summary.skipped += 1;

@@ -19,7 +19,6 @@ use super::paypal::Paypal;
 use super::stripe::Stripe;
 use super::{Checkpoint, Mode, Summary, store};
 use crate::clock::Clock;
-use crate::providers::Scope;
 use crate::{ingest, telemetry};
 
 /// How long a run holds the provider before another process may take it
@@ -51,13 +50,14 @@ pub struct SweepStats {
     pub providers: Vec<(&'static str, Counters)>,
 }
 
-/// One provider to sweep: its API, how far back to reach, and the events
-/// its source takes (the others are skipped).
+/// One provider to sweep: its API, how far back to reach, and its
+/// built-in source (the events it takes, the others skipped; what it does
+/// with them).
 pub struct Target {
     pub provider: &'static str,
     pub api: Api,
     pub window: Duration,
-    pub scope: Scope,
+    pub source: super::Swept,
 }
 
 /// Sweeps each target every `interval`.
@@ -191,16 +191,16 @@ impl Sweeper {
             );
         }
         let window = window(provider, lease, now, window_start);
-        let (api, pool, scope) = (&mut target.api, &self.pool, &target.scope);
+        let (api, pool, source) = (&mut target.api, &self.pool, &target.source);
         let checkpoint = Some(&checkpoint);
         match provider {
             crate::providers::razorpay::PROVIDER => {
-                super::razorpay::sweep(api, pool, Mode::Apply, window, checkpoint).await
+                super::razorpay::sweep(api, pool, Mode::Apply, source, window, checkpoint).await
             }
             crate::providers::paypal::PROVIDER => {
-                listing::sweep::<Paypal>(api, pool, Mode::Apply, scope, window, checkpoint).await
+                listing::sweep::<Paypal>(api, pool, Mode::Apply, source, window, checkpoint).await
             }
-            _ => listing::sweep::<Stripe>(api, pool, Mode::Apply, scope, window, checkpoint).await,
+            _ => listing::sweep::<Stripe>(api, pool, Mode::Apply, source, window, checkpoint).await,
         }
     }
 }

@@ -37,11 +37,7 @@ pub const GITHUB_SECRETS: (&str, &str) = ("github current secret", "github previ
 pub const SHOPIFY_SECRETS: (&str, &str) = ("shpss_current", "shpss_previous");
 
 fn source(name: &str, scheme: SourceScheme, (current, previous): (&str, &str)) -> SourceSettings {
-    SourceSettings {
-        name: name.to_owned(),
-        scheme,
-        secrets: Secrets::new([current, previous]),
-    }
+    SourceSettings::new(name, scheme, Secrets::new([current, previous]))
 }
 
 pub struct TestApp {

@@ -129,7 +129,7 @@ pub async fn replay(
     let back = views::event_href(&provider, &event_id);
     match ingest::replay_stored(
         &console.app.pool,
-        console.app.providers.scope(&provider),
+        &console.app.providers,
         &provider,
         &event_id,
     )

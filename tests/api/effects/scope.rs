@@ -196,11 +196,12 @@ async fn a_replay_judges_by_the_scope_as_it_is_now(pool: PgPool) {
     assert_eq!(app.balance("user_1", "USD").await, None);
 
     // The console replays under the running source's scope, too.
-    let scope = webhookd::providers::Scope {
-        livemode: Some(true),
-        ..webhookd::providers::Scope::ANY
+    let live = StripeApiArgs {
+        scope: scope(Some("true"), false, None),
+        ..StripeApiArgs::default()
     };
-    let replayed = webhookd::ingest::replay_stored(&app.pool, &scope, "stripe", "evt_test")
+    let sources = webhookd::startup::registry(&live, &[]).unwrap();
+    let replayed = webhookd::ingest::replay_stored(&app.pool, &sources, "stripe", "evt_test")
         .await
         .unwrap()
         .unwrap();

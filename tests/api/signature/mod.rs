@@ -5,4 +5,5 @@ pub mod fuzz;
 pub mod paypal;
 pub mod paypal_certs;
 pub mod schemes;
+pub mod sources;
 pub mod stripe;

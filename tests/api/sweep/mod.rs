@@ -7,4 +7,5 @@ pub mod paypal_refusals;
 pub mod preemption;
 pub mod properties;
 pub mod razorpay;
+pub mod sources;
 pub mod stripe;

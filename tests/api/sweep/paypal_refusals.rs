@@ -165,7 +165,7 @@ async fn the_periodic_sweep_of_paypal_recovers_and_resumes_from_its_checkpoint(p
         provider: "paypal",
         api: webhookd::sweep::paypal::api(&api_args(&fake, CLIENT_SECRET)).unwrap(),
         window: webhookd::sweep::paypal::DEFAULT_WINDOW,
-        scope: webhookd::providers::Scope::ANY,
+        source: webhookd::sweep::Swept::default(),
     };
     let interval = std::time::Duration::from_secs(600);
     let mut sweeper = Sweeper::new(app.pool.clone(), vec![target], interval, Clock::System);

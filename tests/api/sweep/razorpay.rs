@@ -204,7 +204,7 @@ fn sweeper(app: &TestApp, fake: &FakeRazorpay) -> webhookd::sweep::schedule::Swe
         provider: "razorpay",
         api: Api::new("razorpay", &fake.base_url(), &auth, 100, "check it").unwrap(),
         window: std::time::Duration::from_secs(24 * 3600),
-        scope: webhookd::providers::Scope::ANY,
+        source: webhookd::sweep::Swept::default(),
     };
     webhookd::sweep::schedule::Sweeper::new(
         app.pool.clone(),

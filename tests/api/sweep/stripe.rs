@@ -511,7 +511,7 @@ fn sweeper(app: &TestApp, fake: &FakeStripe) -> Sweeper {
         provider: "stripe",
         api,
         window: std::time::Duration::from_secs(72 * 3600),
-        scope: webhookd::providers::Scope::ANY,
+        source: webhookd::sweep::Swept::default(),
     };
     Sweeper::new(
         app.pool.clone(),
