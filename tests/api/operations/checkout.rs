@@ -1,5 +1,7 @@
 //! The operator's commands for Checkout: `send` plays a Checkout payment
-//! against a served app (session, intent, customer, a delayed payment).
+//! against a served app (session, intent, customer, a delayed payment),
+//! and `explain` tells a user's story from the session to the credit,
+//! with the owners learned and the payments that wait for an owner.
 
 use serde_json::Value;
 use sqlx::PgPool;
@@ -7,9 +9,10 @@ use webhookd::cli;
 use webhookd::cli::send::SendArgs;
 use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
 use webhookd::cli::send::stripe::StripeSendArgs;
+use webhookd::ingest::owner_wait::{DEFAULT_OWNER_WAIT, expire};
 use webhookd::secrets::Secrets;
 
-use crate::helpers::{SECRET, TestApp, spawn_app};
+use crate::helpers::{SECRET, TestApp, now, spawn_app};
 
 /// `webhookd send stripe <event_type> --amount 2500` against `app`, for
 /// `user`.
@@ -134,4 +137,125 @@ async fn send_plays_a_checkout_payment_that_credits_the_sessions_owner_once(pool
 
     assert_eq!(app.balance("user_co", "USD").await, Some(5000));
     app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn explain_tells_a_users_checkout_story_from_session_to_credit(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let session = send(&naming("pi_x", Some("cus_x"), false)(sample(
+        &app,
+        "checkout.session.completed",
+        "user_x",
+    )))
+    .await;
+    let session_id = session["event_id"].as_str().unwrap().to_owned();
+    // A session whose delayed payment failed credits nothing, but teaches
+    // the owner of its intent: it is in the user's story all the same.
+    let failed = send(&naming("pi_failed", None, false)(sample(
+        &app,
+        "checkout.session.async_payment_failed",
+        "user_x",
+    )))
+    .await;
+    let failed_id = failed["event_id"].as_str().unwrap().to_owned();
+    // Another user's session claims the same customer: a conflict.
+    send(&naming("pi_y", Some("cus_x"), false)(sample(
+        &app,
+        "checkout.session.completed",
+        "user_y",
+    )))
+    .await;
+    // A payment of that customer without an owner: it waits for the
+    // owner of its own intent (the default rule reads no customer).
+    let lost = send(&naming("pi_lost", Some("cus_x"), true)(sample(
+        &app,
+        "payment_intent.succeeded",
+        "ignored",
+    )))
+    .await;
+    assert_eq!(lost["outcome"], "deferred");
+    let lost_id = lost["event_id"].as_str().unwrap().to_owned();
+
+    let story = explain(&pool, "user_x").await;
+    for expected in [
+        format!(
+            "event stripe {session_id} (checkout.session.completed) received, signature verified, claimed: processed"
+        ),
+        format!("owner of stripe payment pi_x learned: user user_x, by event {session_id}"),
+        format!(
+            "owner of stripe customer cus_x learned: user user_x, by event {session_id} (CONFLICT: claimed for another user 1 time(s) since; the first owner stays)"
+        ),
+        format!("credit 2500 USD for wallet user_x/USD (natural key pi_x) by event {session_id}"),
+        format!("wallet.credited written by event {session_id}"),
+        format!(
+            "event stripe {failed_id} (checkout.session.async_payment_failed) received, signature verified, claimed: processed"
+        ),
+        format!("checkout.failed written by event {failed_id}"),
+        format!("owner of stripe payment pi_failed learned: user user_x, by event {failed_id}"),
+        format!(
+            "event stripe {lost_id} (payment_intent.succeeded) waits for the owner of payment pi_lost; its customer cus_x is user user_x's (by event {session_id})"
+        ),
+        "wallet user_x/USD balance 2500".to_owned(),
+    ] {
+        assert!(
+            story.contains(&expected),
+            "missing {expected:?} in:\n{story}"
+        );
+    }
+    // The payment's own story says what it waits for.
+    let waiting = explain(&pool, "pi_lost").await;
+    assert!(
+        waiting.contains(&format!(
+            "event stripe {lost_id} deferred: waits for the owner of payment pi_lost"
+        )),
+        "{waiting}"
+    );
+
+    // No owner came in time: rejected, announced, and still in the user's
+    // story, with what would apply it.
+    assert_eq!(
+        expire(&pool, now() + 73 * 3600, DEFAULT_OWNER_WAIT)
+            .await
+            .unwrap(),
+        1
+    );
+    let story = explain(&pool, "user_x").await;
+    let rejected = format!(
+        "event stripe {lost_id} (payment_intent.succeeded) rejected: no owner came for payment pi_lost (2500 USD) in time"
+    );
+    assert!(story.contains(&rejected), "{story}");
+    assert!(
+        story.contains(&format!(
+            "Its customer cus_x is user user_x's (by event {session_id}): with `customer` in the source's owner rule, a replay credits it"
+        )),
+        "{story}"
+    );
+    // Its session comes late: it credits the payment itself, and the story
+    // says so.
+    let late = send(&naming("pi_lost", None, false)(sample(
+        &app,
+        "checkout.session.completed",
+        "user_x",
+    )))
+    .await;
+    let late_id = late["event_id"].as_str().unwrap().to_owned();
+    let story = explain(&pool, "user_x").await;
+    assert!(
+        story.contains(&format!(
+            "Its payment pi_lost is user user_x's (by event {late_id}); credited since by event {late_id}"
+        )),
+        "{story}"
+    );
+    assert_eq!(app.balance("user_x", "USD").await, Some(5000));
+    // The other user's story has their own session and credit, not user_x's.
+    let other = explain(&pool, "user_y").await;
+    assert!(other.contains("natural key pi_y"), "{other}");
+    assert!(!other.contains("pi_x"), "{other}");
+    app.assert_consistent().await;
+}
+
+async fn explain(pool: &PgPool, subject: &str) -> String {
+    let mut out = Vec::new();
+    assert!(cli::explain::run(pool, subject, &mut out).await.unwrap());
+    String::from_utf8(out).unwrap()
 }
