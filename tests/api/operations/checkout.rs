@@ -6,6 +6,7 @@
 use serde_json::Value;
 use sqlx::PgPool;
 use webhookd::cli;
+use webhookd::cli::events::EventsCommand;
 use webhookd::cli::send::SendArgs;
 use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
 use webhookd::cli::send::stripe::StripeSendArgs;
@@ -251,6 +252,78 @@ async fn explain_tells_a_users_checkout_story_from_session_to_credit(pool: PgPoo
     let other = explain(&pool, "user_y").await;
     assert!(other.contains("natural key pi_y"), "{other}");
     assert!(!other.contains("pi_x"), "{other}");
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn a_payment_rejected_as_no_owner_is_applied_by_a_replay_once_its_owner_is_known(
+    pool: PgPool,
+) {
+    let app = spawn_app(pool.clone()).await;
+    let lost = send(&naming("pi_r", None, true)(sample(
+        &app,
+        "payment_intent.succeeded",
+        "ignored",
+    )))
+    .await;
+    let lost_id = lost["event_id"].as_str().unwrap().to_owned();
+    let later = |hours: i64| now() + hours * 3600;
+    assert_eq!(
+        expire(&pool, later(73), DEFAULT_OWNER_WAIT).await.unwrap(),
+        1
+    );
+    let replay = EventsCommand::Replay {
+        provider: "stripe".into(),
+        event_id: lost_id.clone(),
+        stripe: Box::default(),
+    };
+    // Replayed while its owner is still unknown, it waits again.
+    let mut out = Vec::new();
+    cli::events::run(&pool, &replay, &mut out).await.unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("stored outcome changed from rejected to deferred"),
+        "{out}"
+    );
+    assert_eq!(
+        expire(&pool, later(146), DEFAULT_OWNER_WAIT).await.unwrap(),
+        1
+    );
+    assert_eq!(app.event(&lost_id).await.0, "rejected");
+
+    // A session that was never paid teaches its owner and credits nothing:
+    // the user's story says to replay the payment, and the replay credits.
+    send(&naming("pi_r", None, false)(sample(
+        &app,
+        "checkout.session.async_payment_failed",
+        "user_r",
+    )))
+    .await;
+    assert_eq!(app.balance("user_r", "USD").await, None);
+    let story = explain(&pool, "user_r").await;
+    assert!(
+        story.contains("rejected: no owner came for payment pi_r (2500 USD) in time")
+            && story.contains(&format!(
+                ": replay it (webhookd events replay stripe {lost_id})"
+            )),
+        "{story}"
+    );
+    let mut out = Vec::new();
+    cli::events::run(&pool, &replay, &mut out).await.unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("stored outcome changed from rejected to processed"),
+        "{out}"
+    );
+    assert_eq!(app.balance("user_r", "USD").await, Some(2500));
+    let story = explain(&pool, "user_r").await;
+    assert!(story.contains("; replayed since: processed"), "{story}");
+    let announced: i64 =
+        sqlx::query_scalar("select count(*) from outbox where topic = 'payment.unowned'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(announced, 1, "announced once");
     app.assert_consistent().await;
 }
 
