@@ -10,7 +10,11 @@ use crate::db::{self, Timestamp};
 
 /// `subject`'s story as `(at, line)`, oldest first, in one statement: the
 /// events it is related to (as an event, payment, user or subscription id),
-/// what they wrote, and the payment, subscription and wallet rows it names.
+/// what they wrote, and the payment, subscription, owner and wallet rows it
+/// names. A user's owners (the customers and payments learned as theirs,
+/// each with the event that taught it and the conflicting claims counted)
+/// bring the events that taught them: a Checkout Session is in its
+/// client_reference_id's story even when it credited nothing.
 /// Every table is reached by an index from the related events or the
 /// subject: an `or` between the subject and the related events is written
 /// as a `union` of the two lookups (an `or` with a subquery read the whole
@@ -89,8 +93,22 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
             from subscriptions s
             where s.subscription_id = $1 or s.user_id = $1
             union all
-            select d.created_at, format('event %s %s deferred: waits for %s', d.provider, d.event_id, d.waits_for)
+            select d.created_at,
+                   case when starts_with(d.waits_for, 'owner:')
+                            then format('event %s %s deferred: waits for the owner of %s %s', d.provider, d.event_id,
+                                        split_part(d.waits_for, ':', 2),
+                                        substr(d.waits_for, length(split_part(d.waits_for, ':', 2)) + 8))
+                        else format('event %s %s deferred: waits for %s', d.provider, d.event_id, d.waits_for)
+                   end
             from deferred_events d join related using (provider, event_id)
+            union all
+            select o.learned_at,
+                   format('owner of %s %s %s learned: user %s, by event %s%s', o.provider, o.subject, o.subject_id,
+                          o.user_id, o.event_id,
+                          case when o.conflicts > 0
+                               then format(' (CONFLICT: claimed for another user %s time(s) since; the first owner stays)', o.conflicts)
+                               else '' end)
+            from owners o where o.user_id = $1
             union all
             select w.updated_at, format('wallet %s/%s balance %s', w.user_id, w.currency, w.balance_minor)
             from (select * from wallets where user_id = $1
@@ -104,6 +122,87 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
         order by at, line
         "#,
         subject,
+    )).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.at.millis(), row.line))
+        .collect())
+}
+
+/// What waits, or waited in vain, for an owner that `user_id` may be:
+/// payments that wait for their owner (`waits_for` `owner:payment:…`)
+/// although their customer is learned as the user's (a source whose owner
+/// rule does not read `customer` never credits a customer's owner), and
+/// payments rejected `no owner` whose payment or customer is learned as
+/// the user's (saying whether it was credited or replayed since, or how a
+/// replay would apply it). As `(at, line)`, oldest first.
+///
+/// Only these can be found from the user: a payment that waits for the
+/// owner of a subject learned as the user's does not exist (learning the
+/// owner released it in the same transaction), and a waiting or rejected
+/// payment names no user at all, only its customer. The waits are read
+/// through `deferred_events_owner_waits`, the rejections through the
+/// `payment.unowned` rows of the outbox (the outbox's topic index, then
+/// each one's owners by their key; pruned with the outbox): all of them,
+/// which are few, whoever the subject is. The customer of a waiting
+/// payment is read where Stripe writes it, the only provider whose
+/// payments name one. For `webhookd explain`, not the console.
+pub async fn unowned(pool: &PgPool, user_id: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = db::lookup(pool).all(sqlx::query!(
+        r#"
+        -- each read first and alone (materialized), down its own index
+        with waiting as materialized (
+            select d.provider, d.event_id, e.event_type, d.waits_for, d.created_at,
+                   e.payload #>> '{data,object,customer}' as customer_id
+            from deferred_events d
+            join processed_events e on e.provider = d.provider and e.event_id = d.event_id
+            where starts_with(d.waits_for, 'owner:') and starts_with(d.waits_for, 'owner:payment:')
+        ),
+        rejected as materialized (
+            select x.id, x.provider, x.event_id, x.created_at, e.event_type, e.outcome,
+                   x.payload ->> 'payment_id' as payment_id, x.payload ->> 'customer_id' as customer_id,
+                   x.payload ->> 'amount_minor' as amount_minor, x.payload ->> 'currency' as currency
+            from outbox x
+            join processed_events e on e.provider = x.provider and e.event_id = x.event_id
+            where x.topic = 'payment.unowned'
+        )
+        select w.created_at as "at!: Timestamp",
+               format('event %s %s (%s) waits for the owner of payment %s; its customer %s is user %s''s '
+                      '(by event %s), but the owner rule does not read `customer`: unless the owner of %s is '
+                      'learned, it is rejected as no owner after WEBHOOKD_OWNER_WAIT',
+                      w.provider, w.event_id, w.event_type, substr(w.waits_for, 15), o.subject_id, o.user_id,
+                      o.event_id, substr(w.waits_for, 15)) as "line!"
+        from waiting w
+        join owners o on o.provider = w.provider and o.subject = 'customer' and o.subject_id = w.customer_id
+        where o.user_id = $1
+        union all
+        select r.created_at,
+               format('event %s %s (%s) rejected: no owner came for payment %s (%s %s) in time; outbox #%s payment.unowned. '
+                      'Its %s %s is user %s''s (by event %s)%s',
+                      r.provider, r.event_id, r.event_type, r.payment_id, r.amount_minor, r.currency, r.id,
+                      o.subject, o.subject_id, o.user_id, o.event_id,
+                      case when r.outcome <> 'rejected' then format('; replayed since: %s', r.outcome)
+                           when c.event_id is not null then format('; credited since by event %s', c.event_id)
+                           when o.subject = 'payment' then format(': replay it (webhookd events replay %s %s)',
+                                                                  r.provider, r.event_id)
+                           else ': with `customer` in the source''s owner rule, a replay credits it'
+                      end)
+        from rejected r
+        -- the user's claim on it by the owners' key, its payment's before its customer's
+        cross join lateral (select * from owners o
+                            where o.provider = r.provider
+                              and (o.subject, o.subject_id) in (('payment', r.payment_id), ('customer', r.customer_id))
+                              and o.user_id = $1
+                            order by o.subject desc limit 1) o
+        -- its credit, by the ledger's natural key (offset 0 keeps it one lookup
+        -- a row: joined freely, the planner may read every credit instead)
+        left join lateral (select c.event_id from wallet_entries c
+                           where c.provider = r.provider and c.kind = 'credit' and c.source_ref = r.payment_id
+                           offset 0) c
+          on true
+        order by 1, 2
+        "#,
+        user_id,
     )).await?;
     Ok(rows
         .into_iter()

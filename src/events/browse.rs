@@ -259,6 +259,22 @@ pub async fn deferred_depth(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
     Ok((row.count, row.oldest))
 }
 
+/// How many events wait for an owner (`waits_for` `owner:…`), and for how
+/// long the oldest has (seconds): `deferred_depth`'s share of them, read
+/// from `deferred_events_owner_waits`.
+pub async fn owner_waits(pool: &PgPool) -> Result<(i64, f64), sqlx::Error> {
+    let query = sqlx::query!(
+        r#"
+        select count(*) as "count!",
+               coalesce(extract(epoch from now() - min(created_at)), 0)::float8 as "oldest!"
+        from deferred_events
+        where starts_with(waits_for, 'owner:')
+        "#
+    );
+    let row = db::read_only(pool).one(query).await?;
+    Ok((row.count, row.oldest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

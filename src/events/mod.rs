@@ -14,7 +14,7 @@ mod stored;
 
 pub use browse::{
     Cursor, Deferred, Filter, PrefixCounts, Row, counts_by_outcome, counts_with_prefix, deferred,
-    deferred_depth, page,
+    deferred_depth, owner_waits, page,
 };
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
 pub use outcome::{Outcome, UnknownOutcome};

@@ -8,9 +8,9 @@
 //!
 //! The domain keeps its own counters (the batches', the drainer's, the
 //! sweep's: atomics that know nothing of this layer); each scrape copies
-//! them into the recorder. What is read from the database at the scrape goes
-//! into a recorder of that scrape's own, so a failed read leaves its gauges
-//! out rather than showing their last values.
+//! them into the recorder. What is read from the database at the scrape
+//! ([`Scraped`]) goes into a recorder of that scrape's own, so a failed read
+//! leaves its gauges out rather than showing their last values.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,17 +24,18 @@ use metrics::{Counter, Gauge, Histogram, Key, Label, Recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
 use super::AppState;
-use super::health::read_within;
 use crate::ingest::BatchStats;
-use crate::outbox;
 use crate::outbox::worker::DrainerStats;
-use crate::sweep::{SweepStats, last_successes};
+use crate::sweep::SweepStats;
 use quantile::Buckets;
 
 mod catalogue;
 mod console;
 pub mod quantile;
+mod scraped;
 mod secrets;
+
+pub use scraped::Scraped;
 
 use catalogue::*;
 
@@ -142,17 +143,12 @@ impl Metrics {
             .register_histogram(&Key::from_static_name(BATCH_SIZE), &METADATA)
     }
 
-    /// The text exposition: this process's counters, then the outbox gauges
-    /// and the sweeps' last successes when they could be read.
-    pub fn render(
-        &self,
-        depth: Option<outbox::Depth>,
-        last_successes: &[(String, i64)],
-        batches: &BatchStats,
-    ) -> String {
+    /// The text exposition: this process's counters, then what the scrape
+    /// read from the database.
+    pub fn render(&self, scraped: &Scraped, batches: &BatchStats) -> String {
         self.collect(batches);
         let mut out = self.recorder.handle().render();
-        out.push_str(&snapshot(depth, last_successes));
+        out.push_str(&scraped.render());
         out
     }
 
@@ -236,42 +232,12 @@ fn gauge(recorder: &PrometheusRecorder, name: &'static str, labels: Vec<Label>) 
     recorder.register_gauge(&Key::from_parts(name, labels), &METADATA)
 }
 
-/// What this scrape read from the database (the outbox's rows, each
-/// provider's last successful sweep by any process), rendered from a
-/// recorder of the scrape's own; nothing when nothing could be read.
-fn snapshot(depth: Option<outbox::Depth>, last_successes: &[(String, i64)]) -> String {
-    if depth.is_none() && last_successes.is_empty() {
-        return String::new();
-    }
-    let recorder = PrometheusBuilder::new().build_recorder();
-    describe(&recorder);
-    if let Some(depth) = depth {
-        for (name, value) in [
-            (OUTBOX_DEPTH, depth.pending as f64),
-            (OLDEST_PENDING, depth.oldest_pending_secs),
-            (OUTBOX_DEAD, depth.dead as f64),
-        ] {
-            gauge(&recorder, name, Vec::new()).set(value);
-        }
-    }
-    for (provider, at) in last_successes {
-        let labels = vec![Label::new("provider", provider.clone())];
-        gauge(&recorder, SWEEP_LAST_SUCCESS, labels).set(*at as f64);
-    }
-    recorder.handle().render()
-}
-
-/// `GET /metrics`. The outbox gauges are read from the database with a short
-/// timeout; without it they are left out rather than failing the scrape.
+/// `GET /metrics`. The database's gauges are read with a short timeout
+/// each ([`Scraped::read`]); without an answer they are left out rather
+/// than failing the scrape.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let (pool, wait) = (state.pool.clone(), Duration::from_secs(2));
-    let depth = read_within(wait, async move { outbox::depth(&pool).await }).await;
-    let pool = state.pool.clone();
-    let swept = read_within(wait, async move { last_successes(&pool).await }).await;
-    let swept = swept.unwrap_or_default();
-    let body = state
-        .metrics
-        .render(depth, &swept, state.ingestor.batch_stats());
+    let scraped = Scraped::read(&state.pool).await;
+    let body = state.metrics.render(&scraped, state.ingestor.batch_stats());
     (
         [(
             header::CONTENT_TYPE,

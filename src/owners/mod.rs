@@ -74,6 +74,18 @@ pub fn is_wait_key(waits_for: &str) -> bool {
     waits_for.starts_with("owner:")
 }
 
+/// The subject whose owner `waits_for` waits for, if it is an owner's
+/// wait: [`wait_key`] read back.
+pub fn waited_for(waits_for: &str) -> Option<(Subject, &str)> {
+    let (subject, id) = waits_for.strip_prefix("owner:")?.split_once(':')?;
+    let subject = match subject {
+        "customer" => Subject::Customer,
+        "payment" => Subject::Payment,
+        _ => return None,
+    };
+    Some((subject, id))
+}
+
 /// What teaching an owner found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Learned {
@@ -208,7 +220,22 @@ pub async fn recent(pool: &PgPool, limit: i64) -> Result<Vec<Owner>, sqlx::Error
     db::read_only(pool).all(query).await
 }
 
-/// The subjects `user_id` owns, for `explain`.
+/// The owners that another user claimed too (`conflicts` > 0), most
+/// recently learned first, for the console.
+pub async fn conflicted(pool: &PgPool, limit: i64) -> Result<Vec<Owner>, sqlx::Error> {
+    let query = sqlx::query_as!(
+        Owner,
+        r#"
+        select provider, subject, subject_id, user_id, event_id, conflicts,
+               learned_at as "learned_at: db::Timestamp"
+        from owners where conflicts > 0 order by learned_at desc limit $1
+        "#,
+        limit,
+    );
+    db::read_only(pool).all(query).await
+}
+
+/// The subjects `user_id` owns, for `explain` and the console's user page.
 pub async fn of_user(pool: &PgPool, user_id: &str) -> Result<Vec<Owner>, sqlx::Error> {
     let query = sqlx::query_as!(
         Owner,
@@ -220,4 +247,21 @@ pub async fn of_user(pool: &PgPool, user_id: &str) -> Result<Vec<Owner>, sqlx::E
         user_id,
     );
     db::read_only(pool).all(query).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_key_reads_back_as_its_subject() {
+        for (subject, id) in [(Subject::Payment, "pi_1"), (Subject::Customer, "cus_a:b")] {
+            let key = wait_key(subject, id);
+            assert!(is_wait_key(&key));
+            assert_eq!(waited_for(&key), Some((subject, id)));
+        }
+        for other in ["pi_1", "owner:", "owner:invoice:in_1", "owner:payment"] {
+            assert_eq!(waited_for(other), None, "{other}");
+        }
+    }
 }

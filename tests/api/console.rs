@@ -16,6 +16,7 @@ mod hostile;
 mod ids;
 mod logs;
 mod outbox;
+mod owners;
 mod pages;
 mod replay;
 mod search;

@@ -10,21 +10,25 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::providers::{razorpay, stripe};
+use crate::providers::{self, razorpay};
 use crate::secrets::{Secrets, parse_secrets};
 
 pub mod paypal;
+pub mod stripe;
 
 #[derive(Debug, Clone, Args)]
 pub struct SendArgs {
     /// `stripe`, `razorpay` or `paypal`.
     pub provider: String,
     /// e.g. payment_intent.succeeded, charge.refunded, invoice.paid,
-    /// customer.subscription.updated; payment.captured, refund.processed;
-    /// PAYMENT.CAPTURE.COMPLETED, PAYMENT.CAPTURE.REFUNDED,
-    /// BILLING.SUBSCRIPTION.ACTIVATED, BILLING.SUBSCRIPTION.CANCELLED.
+    /// customer.subscription.updated, checkout.session.completed,
+    /// checkout.session.async_payment_succeeded, customer.created;
+    /// payment.captured, refund.processed; PAYMENT.CAPTURE.COMPLETED,
+    /// PAYMENT.CAPTURE.REFUNDED, BILLING.SUBSCRIPTION.ACTIVATED,
+    /// BILLING.SUBSCRIPTION.CANCELLED.
     pub event_type: String,
-    /// The wallet owner (`metadata.user_id` / `notes.user_id` / `custom_id`).
+    /// The wallet owner (`metadata.user_id` / `notes.user_id` /
+    /// `custom_id`; a Checkout Session's `client_reference_id`).
     #[arg(long, default_value = "user_123")]
     pub user: String,
     /// Amount: in the currency's minor unit for Stripe and Razorpay
@@ -36,7 +40,8 @@ pub struct SendArgs {
     #[arg(long, value_parser = parse_currency)]
     pub currency: Option<String>,
     /// The payment the event is about (default: a fresh id); a refund names
-    /// the payment (PayPal: the capture) it refunds.
+    /// the payment (PayPal: the capture) it refunds, a Checkout Session the
+    /// payment intent it created.
     #[arg(long, alias = "capture")]
     pub payment: Option<String>,
     /// Base URL of the running webhookd.
@@ -47,6 +52,8 @@ pub struct SendArgs {
     #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
     pub razorpay_webhook_secret: Secrets,
     #[command(flatten)]
+    pub stripe: stripe::StripeSendArgs,
+    #[command(flatten)]
     pub paypal: paypal::PaypalSendArgs,
 }
 
@@ -55,14 +62,14 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let t = i64::try_from(now.as_secs())?;
     let unique = now.as_nanos();
     let (path, body, headers) = match args.provider.as_str() {
-        stripe::PROVIDER => {
+        providers::stripe::PROVIDER => {
             let secret = first_secret(&args.stripe_webhook_secret, "STRIPE_WEBHOOK_SECRET")?;
-            let body = stripe_event(args, minor_amount(args)?, t, unique).to_string();
-            let header = stripe::signature_header(secret, t, body.as_bytes());
+            let body = stripe::event(args, minor_amount(args)?, t, unique).to_string();
+            let header = providers::stripe::signature_header(secret, t, body.as_bytes());
             (
-                stripe::PROVIDER,
+                providers::stripe::PROVIDER,
                 body,
-                vec![(stripe::SIGNATURE_HEADER, header)],
+                vec![(providers::stripe::SIGNATURE_HEADER, header)],
             )
         }
         razorpay::PROVIDER => {
@@ -75,9 +82,9 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
             ];
             (razorpay::PROVIDER, body, headers)
         }
-        crate::providers::paypal::PROVIDER => {
+        providers::paypal::PROVIDER => {
             let (body, headers) = paypal::delivery(args, UNIX_EPOCH + now, unique)?;
-            (crate::providers::paypal::PROVIDER, body, headers)
+            (providers::paypal::PROVIDER, body, headers)
         }
         other => anyhow::bail!(
             "cannot send samples for `{}`: stripe, razorpay or paypal",
@@ -150,54 +157,6 @@ fn first_secret<'a>(secrets: &'a Secrets, variable: &str) -> anyhow::Result<&'a 
         .next()
         .map(|s| s.expose_secret())
         .ok_or_else(|| anyhow::anyhow!("set {variable} (the secret webhookd verifies with)"))
-}
-
-/// A Stripe event of `args.event_type` for `amount`, shaped like Stripe's own.
-pub fn stripe_event(args: &SendArgs, amount: i64, t: i64, unique: u128) -> Value {
-    let intent = args
-        .payment
-        .clone()
-        .unwrap_or_else(|| format!("pi_send_{unique}"));
-    let metadata = json!({ "user_id": args.user });
-    let currency = args
-        .currency
-        .as_deref()
-        .unwrap_or("usd")
-        .to_ascii_lowercase();
-    let object = match args.event_type.as_str() {
-        "payment_intent.succeeded" => json!({
-            "id": intent, "object": "payment_intent", "amount": amount,
-            "amount_received": amount, "currency": currency, "status": "succeeded",
-            "metadata": metadata, "created": t,
-        }),
-        kind @ ("charge.succeeded" | "charge.refunded") => json!({
-            "id": format!("ch_{}", intent.trim_start_matches("pi_")), "object": "charge",
-            "amount": amount, "amount_captured": amount,
-            "amount_refunded": if kind == "charge.refunded" { amount } else { 0 },
-            "refunded": kind == "charge.refunded", "currency": currency, "payment_intent": intent,
-            "status": "succeeded", "metadata": metadata, "created": t,
-        }),
-        "invoice.paid" => json!({
-            "id": format!("in_send_{unique}"), "object": "invoice", "customer": "cus_send",
-            "subscription": "sub_send", "amount_paid": amount, "currency": currency,
-            "metadata": metadata,
-        }),
-        kind if kind.starts_with("customer.subscription.") => json!({
-            "id": args.payment.clone().unwrap_or_else(|| "sub_send".to_owned()),
-            "object": "subscription", "customer": "cus_send",
-            "status": if kind.ends_with("deleted") { "canceled" } else { "active" },
-            "metadata": metadata,
-            "items": { "object": "list", "data": [
-                { "id": "si_send", "price": { "id": "price_send" }, "current_period_end": t + 2_592_000 }
-            ]},
-        }),
-        _ => json!({ "id": format!("obj_send_{unique}"), "metadata": metadata }),
-    };
-    json!({
-        "id": format!("evt_send_{unique}"), "object": "event", "api_version": "2024-06-20",
-        "created": t, "data": { "object": object }, "livemode": false, "pending_webhooks": 1,
-        "request": { "id": null, "idempotency_key": null }, "type": args.event_type,
-    })
 }
 
 /// A Razorpay event of `args.event_type` for `amount`, shaped like

@@ -1,10 +1,11 @@
 //! The console: server-rendered pages on the admin listener that answer
 //! "what happened to X" — the overview, the events and each event's story,
-//! a user's money, the outbox with retries, the deferred events. Reads use
-//! the owner modules' queries (and `story`, as `webhookd explain` does);
-//! actions run the CLI's code (`ingest::replay_stored`, the outbox
-//! store's retries). Templates are askama's, checked at compile time and
-//! escaped; the one script is a small local file.
+//! a user's money, the outbox with retries, the deferred events, the
+//! owners learned. Reads use the owner modules' queries (and `story`, as
+//! `webhookd explain` does); actions run the CLI's code
+//! (`ingest::replay_stored`, the outbox store's retries). Templates are
+//! askama's, checked at compile time and escaped; the one script is a
+//! small local file.
 
 mod actions;
 pub mod auth;
@@ -151,6 +152,7 @@ pub fn router(console: Console) -> Router {
         )
         .route("/console/outbox/{id}/retry", post(actions::retry))
         .route("/console/deferred", get(pages::deferred))
+        .route("/console/owners", get(pages::owners))
         .route("/console/logout", post(actions::log_out))
         .route_layer(middleware::from_fn_with_state(
             console.clone(),

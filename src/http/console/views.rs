@@ -14,7 +14,7 @@ use super::shown;
 use crate::events;
 use crate::ledger::EntryRow;
 use crate::outbox::Listed;
-use crate::subscriptions;
+use crate::{owners, subscriptions};
 
 /// Characters left as they are in a query value.
 const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
@@ -335,6 +335,43 @@ pub struct UserPage {
     pub entries: Vec<EntryView>,
     pub payments: Vec<PaymentView>,
     pub subscriptions: Vec<subscriptions::Row>,
+    /// The customers and payments learned as this user's.
+    pub owners: Vec<owners::Owner>,
+}
+
+#[derive(Template)]
+#[template(path = "console/owners.html")]
+pub struct OwnersPage {
+    pub chrome: Chrome,
+    /// The owners another user claimed too, most recently learned first.
+    pub conflicted: Vec<owners::Owner>,
+    /// The owners learned most recently.
+    pub recent: Vec<owners::Owner>,
+    /// How many of each the page lists at most.
+    pub rows: i64,
+}
+
+impl OwnersPage {
+    /// Each list with its title, what it says when empty, and whether it
+    /// may hold more than it shows.
+    pub fn sections(&self) -> [(&'static str, &'static str, &[owners::Owner], bool); 2] {
+        let full =
+            |list: &[owners::Owner]| i64::try_from(list.len()).unwrap_or(i64::MAX) >= self.rows;
+        [
+            (
+                "Conflicting claims",
+                "No conflicting claim.",
+                &self.conflicted,
+                full(&self.conflicted),
+            ),
+            (
+                "Learned most recently",
+                "No owner learned yet.",
+                &self.recent,
+                full(&self.recent),
+            ),
+        ]
+    }
 }
 
 #[derive(Template)]
@@ -369,9 +406,27 @@ pub struct BulkRetry {
 #[template(path = "console/deferred.html")]
 pub struct DeferredPage {
     pub chrome: Chrome,
-    pub rows: Vec<events::Deferred>,
+    pub rows: Vec<DeferredRow>,
     pub count: i64,
     pub oldest: String,
+    /// Those of them waiting for an owner, and the oldest one's age.
+    pub owner_count: i64,
+    pub owner_oldest: String,
+}
+
+/// A waiting event, with the subject whose owner it waits for when it
+/// waits for one (`payment`, `pi_…`).
+pub struct DeferredRow {
+    pub row: events::Deferred,
+    pub owner_of: Option<(&'static str, String)>,
+}
+
+impl From<events::Deferred> for DeferredRow {
+    fn from(row: events::Deferred) -> Self {
+        let owner_of = owners::waited_for(&row.waits_for)
+            .map(|(subject, id)| (subject.as_str(), id.to_owned()));
+        DeferredRow { row, owner_of }
+    }
 }
 
 /// Seconds as people read an age: `42 s`, `7 min`, `3 h`, `2 d`.

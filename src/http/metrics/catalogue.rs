@@ -27,6 +27,12 @@ pub(super) const LOG_LINES_DROPPED: &str = "webhookd_log_lines_dropped_total";
 pub(super) const SWEEP_RUNS: &str = "webhookd_sweep_runs_total";
 pub(super) const SWEEP_EVENTS: &str = "webhookd_sweep_events_total";
 pub(super) const SWEEP_LAST_SUCCESS: &str = "webhookd_sweep_last_success_timestamp_seconds";
+pub(super) const DEFERRED_DEPTH: &str = "webhookd_deferred_depth";
+pub(super) const DEFERRED_OLDEST: &str = "webhookd_deferred_oldest_age_seconds";
+pub(super) const OWNER_WAITS: &str = "webhookd_owner_waits";
+pub(super) const OWNER_WAIT_OLDEST: &str = "webhookd_owner_wait_oldest_age_seconds";
+pub(super) const OWNERS_LEARNED: &str = "webhookd_owners_learned";
+pub(super) const OWNER_CONFLICTS: &str = "webhookd_owner_conflicts";
 
 /// Upper bounds (seconds) of the ingest latency histogram.
 pub(super) const LATENCY_BUCKETS: [f64; 13] = [
@@ -78,7 +84,7 @@ pub(super) const COUNTERS: [(&str, &str); 14] = [
         "Events the sweeps of this process listed, by result.",
     ),
 ];
-pub(super) const GAUGES: [(&str, &str); 6] = [
+pub(super) const GAUGES: [(&str, &str); 12] = [
     (HELD_BYTES, "Payload bytes leased and not yet settled."),
     (
         PEAK_HELD_BYTES,
@@ -93,6 +99,27 @@ pub(super) const GAUGES: [(&str, &str); 6] = [
     (
         SWEEP_LAST_SUCCESS,
         "When a sweep of the provider last succeeded.",
+    ),
+    (DEFERRED_DEPTH, "Events waiting for a dependency."),
+    (
+        DEFERRED_OLDEST,
+        "How long the oldest event waiting for a dependency has waited.",
+    ),
+    (
+        OWNER_WAITS,
+        "Payments waiting for their owner to be learned (deferred events whose waits_for is owner:…).",
+    ),
+    (
+        OWNER_WAIT_OLDEST,
+        "How long the oldest payment waiting for its owner has waited; past WEBHOOKD_OWNER_WAIT it is rejected as no owner.",
+    ),
+    (
+        OWNERS_LEARNED,
+        "Owners learned for the providers' customers and payments.",
+    ),
+    (
+        OWNER_CONFLICTS,
+        "Claims of another owner for a customer or payment whose owner was learned before (the first stays): their sum.",
     ),
 ];
 pub(super) const HISTOGRAMS: [(&str, &str); 2] = [

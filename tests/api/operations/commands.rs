@@ -400,6 +400,7 @@ async fn send_signs_a_sample_that_the_service_applies(pool: PgPool) {
         url: app.address.clone(),
         stripe_webhook_secret: Secrets::new([SECRET]),
         razorpay_webhook_secret: Secrets::default(),
+        stripe: Default::default(),
         paypal: PaypalSendArgs {
             paypal_key: None,
             paypal_cert_url: DEFAULT_CERT_URL.into(),

@@ -1,5 +1,6 @@
 //! The operator's commands, their effects asserted in the database.
 
+pub mod checkout;
 pub mod commands;
 pub mod config_file;
 pub mod reconcile_against;

@@ -165,6 +165,77 @@ async fn metrics_count_every_outcome(pool: PgPool) {
     assert!(metrics.contains_key("webhookd_outbox_oldest_pending_age_seconds"));
 }
 
+#[sqlx::test]
+async fn metrics_show_owners_learned_their_conflicts_and_payments_waiting_for_one(pool: PgPool) {
+    use crate::effects::checkout::objects::{Session, intent};
+
+    let app = spawn_app(pool).await;
+    let metrics = scrape(&app).await;
+    for gauge in [
+        "webhookd_owners_learned",
+        "webhookd_owner_conflicts",
+        "webhookd_owner_waits",
+        "webhookd_owner_wait_oldest_age_seconds",
+        "webhookd_deferred_depth",
+    ] {
+        assert_eq!(metrics.get(gauge), Some(&0.0), "{gauge}");
+    }
+
+    // Two sessions of one customer for two users: three owners learned
+    // (two intents, the customer) and one conflicting claim.
+    for (event_id, session, intent_id, user) in [
+        ("evt_a", "cs_a", "pi_a", "user_a"),
+        ("evt_b", "cs_b", "pi_b", "user_b"),
+    ] {
+        let session = Session {
+            customer: Some("cus_shared"),
+            ..Session::paid(session, intent_id, user, 100)
+        };
+        app.deliver(&session.completed(event_id), "processed").await;
+    }
+    // A payment waiting for its owner for two hours, and a refund waiting
+    // for its credit.
+    app.deliver(&intent("evt_wait", "pi_wait", None, 500), "deferred")
+        .await;
+    app.deliver(
+        &charge("evt_refund", "charge.refunded", "ch_9", "pi_9", 100, 100),
+        "deferred",
+    )
+    .await;
+    sqlx::query(
+        "update deferred_events set created_at = now() - interval '2 hours' where event_id = 'evt_wait'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+
+    let metrics = scrape(&app).await;
+    assert_eq!(metrics.get("webhookd_owners_learned"), Some(&3.0));
+    assert_eq!(metrics.get("webhookd_owner_conflicts"), Some(&1.0));
+    assert_eq!(metrics.get("webhookd_owner_waits"), Some(&1.0));
+    assert_eq!(metrics.get("webhookd_deferred_depth"), Some(&2.0));
+    for gauge in [
+        "webhookd_owner_wait_oldest_age_seconds",
+        "webhookd_deferred_oldest_age_seconds",
+    ] {
+        let age = metrics[gauge];
+        assert!((7200.0..7300.0).contains(&age), "{gauge}: {age}");
+    }
+
+    // Its session teaches the owner: the wait ends, the refund's stays.
+    let session = Session::paid("cs_wait", "pi_wait", "user_w", 500);
+    app.deliver(&session.completed("evt_cs_wait"), "processed")
+        .await;
+    let metrics = scrape(&app).await;
+    assert_eq!(metrics.get("webhookd_owner_waits"), Some(&0.0));
+    assert_eq!(
+        metrics.get("webhookd_owner_wait_oldest_age_seconds"),
+        Some(&0.0)
+    );
+    assert_eq!(metrics.get("webhookd_deferred_depth"), Some(&1.0));
+    assert_eq!(metrics.get("webhookd_owners_learned"), Some(&4.0));
+}
+
 /// A TCP proxy in front of Postgres that can be cut and restored, so the
 /// database becomes unreachable for the app only.
 struct Proxy {

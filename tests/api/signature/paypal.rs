@@ -802,6 +802,7 @@ async fn send_paypal_signs_deliveries_that_the_service_applies(pool: PgPool) {
         url: app.address.clone(),
         stripe_webhook_secret: Secrets::default(),
         razorpay_webhook_secret: Secrets::default(),
+        stripe: Default::default(),
         paypal: PaypalSendArgs {
             paypal_key: Some(fixtures.join("test-only-signing-key.pem")),
             paypal_cert_url: DEFAULT_CERT_URL.into(),

@@ -3,10 +3,12 @@
 mod download;
 mod events;
 mod outbox;
+mod owners;
 
 pub use download::payload;
 pub use events::{event, events};
 pub use outbox::{OutboxQuery, bulk_retry, outbox};
+pub use owners::owners;
 
 use axum::Extension;
 use axum::extract::State;
@@ -137,8 +139,9 @@ pub async fn user(
         ledger::entries_of_user(pool, &user_id, USER_ROWS),
         payments::of_user(pool, &user_id, USER_ROWS),
         subscriptions::rows(pool, Some(&user_id), None),
+        crate::owners::of_user(pool, &user_id),
     );
-    let (wallets, entries, payments, subscriptions) = match reads {
+    let (wallets, entries, payments, subscriptions, owners) = match reads {
         Ok(reads) => reads,
         Err(error) => return failed(&error),
     };
@@ -156,6 +159,7 @@ pub async fn user(
         entries: entries.into_iter().map(Into::into).collect(),
         payments: payments.into_iter().map(Into::into).collect(),
         subscriptions,
+        owners,
         user_id,
     })
 }
@@ -165,18 +169,21 @@ pub async fn deferred(
     Extension(actor): Extension<Actor>,
 ) -> Response {
     let pool = &console.app.pool;
-    let (rows, (count, oldest)) = match tokio::try_join!(
+    let (rows, (count, oldest), (owner_count, owner_oldest)) = match tokio::try_join!(
         crate::events::deferred(pool, 200),
-        crate::events::deferred_depth(pool)
+        crate::events::deferred_depth(pool),
+        crate::events::owner_waits(pool)
     ) {
         Ok(reads) => reads,
         Err(error) => return failed(&error),
     };
     page(&views::DeferredPage {
         chrome: Chrome::new(&console, &actor, "deferred"),
-        rows,
+        rows: rows.into_iter().map(views::DeferredRow::from).collect(),
         count,
         oldest: age(oldest),
+        owner_count,
+        owner_oldest: age(owner_oldest),
     })
 }
 
