@@ -2,7 +2,7 @@
 //! delayed payment methods and customer-keyed wallets: every arrival order,
 //! each event delivered twice and concurrently, asserted in the tables.
 
-mod objects;
+pub(crate) mod objects;
 
 use std::sync::Arc;
 
