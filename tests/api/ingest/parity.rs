@@ -309,6 +309,7 @@ async fn empty(pool: &PgPool) {
     sqlx::raw_sql(
         "delete from deferred_events; delete from wallet_entries; delete from wallets;
          delete from outbox; delete from payments; delete from subscriptions;
+         delete from owners; delete from invoices; delete from invoice_payments;
          delete from processed_events",
     )
     .execute(pool)
