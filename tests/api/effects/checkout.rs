@@ -2,7 +2,7 @@
 //! delayed payment methods and customer-keyed wallets: every arrival order,
 //! each event delivered twice and concurrently, asserted in the tables.
 
-pub mod objects;
+pub(crate) mod objects;
 
 use std::sync::Arc;
 
@@ -588,5 +588,131 @@ async fn with_invoice_credits_each_paid_invoice_credits_its_owner_once_in_either
         assert_eq!(waiting(&app).await, 0);
     }
     assert_eq!(app.balance("user_ic", "USD").await, Some(4000));
+    app.assert_consistent().await;
+}
+
+/// Found by the parity properties' Checkout flows: a refund of the intent
+/// that paid a subscription's invoice has no wallet credit to debit (the
+/// intent was `ignored`: the invoice's money), yet it waits for that credit
+/// (`deferred`, `waits_for` the intent) for ever: nothing credits an
+/// invoice's intent, and the owner wait expires only waits for an owner.
+/// Whichever comes first, the join or the refund, the refund should end
+/// settled (`ignored`, like its intent), never waiting.
+#[sqlx::test]
+#[ignore = "finding: a refund of an invoice's payment intent waits for ever"]
+async fn a_refund_of_an_intent_that_paid_an_invoice_does_not_wait_for_ever(pool: PgPool) {
+    let app = route_app(pool).await;
+    for (k, refund_first) in [false, true].into_iter().enumerate() {
+        let (cs, cus, sub, inv, pi, ch) = (
+            format!("cs_rf{k}"),
+            format!("cus_rf{k}"),
+            format!("sub_rf{k}"),
+            format!("in_rf{k}"),
+            format!("pi_rf{k}"),
+            format!("ch_rf{k}"),
+        );
+        let session = Session {
+            mode: "subscription",
+            payment_intent: None,
+            customer: Some(&cus),
+            subscription: Some(&sub),
+            ..Session::paid(&cs, "", "user_rf", 2000)
+        };
+        let refund_id = format!("evt_rf_refund_{k}");
+        let refund = crate::helpers::charge(&refund_id, "charge.refunded", &ch, &pi, 2000, 2000);
+        let mut events = vec![
+            session.completed(&format!("evt_rf_cs_{k}")),
+            invoice_payment(&format!("evt_rf_ip_{k}"), &inv, &pi, 2000),
+            intent(&format!("evt_rf_pi_{k}"), &pi, Some(&cus), 2000),
+        ];
+        if refund_first {
+            events.insert(0, refund);
+        } else {
+            events.push(refund);
+        }
+        let order: Vec<usize> = (0..events.len()).collect();
+        deliver_in(&app, &events, &order).await;
+
+        let (outcome, detail) = app.event(&format!("evt_rf_pi_{k}")).await;
+        assert_eq!(outcome, "ignored", "the intent is the invoice's: {detail}");
+        let (outcome, detail) = app.event(&refund_id).await;
+        assert_ne!(
+            outcome, "deferred",
+            "refund first: {refund_first}: {detail}"
+        );
+        assert_eq!(waiting(&app).await, 0, "refund first: {refund_first}");
+    }
+    assert_eq!(app.count("wallet_entries").await, 0);
+    app.assert_consistent().await;
+}
+
+/// Found by a concurrency probe of the customer-keyed rule: a payment that
+/// waited for its customer's owner is credited by the event that teaches
+/// it (`customer.created`), whose transaction holds the customer's key
+/// only, not the payment's credit key. A `charge.refunded` of that payment
+/// committing meanwhile holds the credit key, finds no credit yet and
+/// waits for it; the release had already asked what waits for the credit
+/// (nothing committed yet), so nobody wakes the refund: it waits for ever
+/// beside its credit, and the wallet keeps the refunded money. Made
+/// deterministic by holding the wallet's row, which the release's credit
+/// writes after asking, while the refund runs. (Delivered at the same
+/// moment without that hold, 150 of 200 such pairs ended this way here.)
+#[sqlx::test]
+#[ignore = "finding: a refund racing the release of its payment waits for ever"]
+async fn a_refund_racing_the_customer_that_releases_its_payment_is_not_left_waiting(pool: PgPool) {
+    let app = crate::effects::paypal::books(pool);
+    let rule = "metadata.user_id,customer";
+    // The owner's wallet exists (an earlier payment), so its row can be held.
+    let earlier = crate::helpers::payment_intent_succeeded("evt_l_0", "pi_l_0", "acct_l", 100);
+    ingest::ingest(
+        &app.pool,
+        &received("evt_l_0", "payment_intent.succeeded", earlier, rule),
+    )
+    .await
+    .unwrap();
+    let unowned = received(
+        "evt_l_pi",
+        "payment_intent.succeeded",
+        intent("evt_l_pi", "pi_l", Some("cus_l"), 400),
+        rule,
+    );
+    let answer = ingest::ingest(&app.pool, &unowned).await.unwrap();
+    assert_eq!(answer.outcome.as_str(), "deferred");
+
+    let mut hold = app.pool.begin().await.unwrap();
+    sqlx::query("select 1 from wallets where user_id = 'acct_l' for update")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let teach = received(
+        "evt_l_cus",
+        "customer.created",
+        customer("evt_l_cus", "cus_l", Some("acct_l")),
+        rule,
+    );
+    let pool = app.pool.clone();
+    let taught = tokio::spawn(async move { ingest::ingest(&pool, &teach).await.unwrap() });
+    // The release has asked what waits for the credit, and waits to post it.
+    crate::helpers::until_waiting_on_locks(&app.pool, 1).await;
+    let refund_body =
+        crate::helpers::charge("evt_l_rf", "charge.refunded", "ch_l", "pi_l", 400, 100);
+    let refund = received("evt_l_rf", "charge.refunded", refund_body, rule);
+    let answer = ingest::ingest(&app.pool, &refund).await.unwrap();
+    assert_eq!(
+        answer.outcome.as_str(),
+        "deferred",
+        "no credit is committed yet"
+    );
+    hold.rollback().await.unwrap();
+    assert_eq!(taught.await.unwrap().outcome.as_str(), "processed");
+
+    let (outcome, detail) = app.event("evt_l_pi").await;
+    assert_eq!(outcome, "processed", "released by the customer: {detail}");
+    assert_eq!(credits_of(&app, "pi_l").await.len(), 1);
+    // What should hold: the refund is applied once its credit exists.
+    let (outcome, detail) = app.event("evt_l_rf").await;
+    assert_eq!(outcome, "processed", "{detail}");
+    assert_eq!(waiting(&app).await, 0);
+    assert_eq!(app.balance("acct_l", "USD").await, Some(100 + 400 - 100));
     app.assert_consistent().await;
 }

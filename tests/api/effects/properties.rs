@@ -1,5 +1,6 @@
 //! Property: a payment's, its refunds' and a subscription's event history
-//! (Stripe's, Razorpay's, and PayPal's: [`paypal`]), delivered in any order, any event any number
+//! (Stripe's, Razorpay's, PayPal's: [`paypal`], and Stripe Checkout's:
+//! [`checkout`]), delivered in any order, any event any number
 //! of times, some copies at the same moment, ends in the state of the
 //! in-order history.
 //!
@@ -7,6 +8,7 @@
 //! `PROPERTY_SEED` picks another sequence); a failure prints the case's
 //! delivery order so it can be replayed.
 
+mod checkout;
 mod paypal;
 
 use futures_util::future::join_all;
@@ -32,12 +34,13 @@ pub(crate) enum Provider {
     Stripe,
     Razorpay,
     Paypal,
+    Checkout,
 }
 
 impl Provider {
     fn name(self) -> &'static str {
         match self {
-            Provider::Stripe => "stripe",
+            Provider::Stripe | Provider::Checkout => "stripe",
             Provider::Razorpay => "razorpay",
             Provider::Paypal => "paypal",
         }
@@ -45,7 +48,7 @@ impl Provider {
 
     fn currency(self) -> &'static str {
         match self {
-            Provider::Stripe | Provider::Paypal => "USD",
+            Provider::Stripe | Provider::Paypal | Provider::Checkout => "USD",
             Provider::Razorpay => "INR",
         }
     }
@@ -53,7 +56,7 @@ impl Provider {
     /// The payment row's id: Stripe's charge, Razorpay's payment, PayPal's capture.
     fn payment_id(self, case: usize) -> String {
         match self {
-            Provider::Stripe => format!("ch_{case}"),
+            Provider::Stripe | Provider::Checkout => format!("ch_{case}"),
             Provider::Razorpay => format!("pay_{case}"),
             Provider::Paypal => format!("CAP-{case}"),
         }
@@ -65,12 +68,13 @@ impl Provider {
             Provider::Stripe => stripe_history(case, t0),
             Provider::Razorpay => razorpay_history(case, t0),
             Provider::Paypal => paypal::history(case, t0),
+            Provider::Checkout => checkout::history(case),
         }
     }
 
     async fn post(self, app: &TestApp, event_id: &str, body: &str) -> StatusCode {
         match self {
-            Provider::Stripe => app.post_stripe(body).await.status(),
+            Provider::Stripe | Provider::Checkout => app.post_stripe(body).await.status(),
             Provider::Razorpay => {
                 let signature =
                     webhookd::providers::razorpay::signature(RAZORPAY_SECRETS.0, body.as_bytes());
@@ -301,11 +305,13 @@ async fn any_order_of_a_razorpay_history_with_copies_ends_in_the_in_order_state(
 
 /// Delivers the in-order history once (its state must be `expected`), then
 /// each case's shuffled history with copies; each must end in that state.
+/// Returns the app and the number of cases (the in-order history is case
+/// `cases`), for further checks.
 async fn check(
     pool: PgPool,
     provider: Provider,
     expected: (Option<i64>, String, i64, String, i64, i64),
-) {
+) -> (TestApp, usize) {
     let app = spawn_app(pool).await;
     let cases: usize = std::env::var("PROPERTY_CASES")
         .ok()
@@ -364,4 +370,5 @@ async fn check(
         );
     }
     app.assert_consistent().await;
+    (app, cases)
 }

@@ -1,5 +1,6 @@
 //! Property: group commit changes nothing. Random histories over every
-//! provider and event kind ([`history`]), with copies and in any order, end
+//! provider and event kind, Stripe Checkout's flows among them ([`history`],
+//! [`checkout`]), with copies and in any order, end
 //! in the same tables ([`snapshot`]) and the same outcome per event as when
 //! each event is applied in its own transaction, in arrival order:
 //! - applied in consecutive batches, one transaction each
@@ -9,7 +10,11 @@
 //! - submitted all at once, copies too, to the concurrent batcher
 //!   ([`Ingestor`]): the same order-independent state
 //!   ([`settled::Settled`]) and one answer other than `duplicate` per event
-//!   id, for histories in which no two events race ([`Variant::Concurrent`]).
+//!   id, for histories in which no two events race ([`Variant::Concurrent`]);
+//! - either way, each side ends in what the history's events say whatever
+//!   their order ([`expected`]): every Checkout payment credited at most
+//!   once, to its session's owner, with its refunds; nothing left waiting
+//!   but refunds of payments never made and payments no event owns.
 //!
 //! Each property runs its cases on two databases of its own, emptied between
 //! cases: creating and dropping a database costs seconds here, more than a
@@ -19,6 +24,8 @@
 //! case's history in arrival order and the rows that differ.
 
 mod bodies;
+mod checkout;
+mod expected;
 mod history;
 mod plan;
 mod settled;
@@ -39,6 +46,7 @@ use webhookd::ingest::{self, Ingestor, Receipt, Wake};
 use webhookd::providers::{Event, testing};
 
 use crate::helpers::assert_consistent;
+use expected::assert_settles;
 use history::{History, MAX_EVENTS, Variant, history};
 use settled::assert_same;
 use snapshot::snapshot;
@@ -74,6 +82,8 @@ async fn every_history_applied_in_batches_matches_one_event_per_transaction(pool
         );
         assert_consistent(&databases.one_by_one).await;
         assert_consistent(&databases.other).await;
+        assert_settles(&databases.one_by_one, &history, &context).await;
+        assert_settles(&databases.other, &history, &context).await;
     }
     databases.remove().await;
 }
@@ -128,6 +138,8 @@ async fn every_history_through_the_concurrent_batcher_matches_one_event_per_tran
         );
         assert_consistent(&databases.one_by_one).await;
         assert_consistent(&databases.other).await;
+        assert_settles(&databases.one_by_one, &history, &context).await;
+        assert_settles(&databases.other, &history, &context).await;
     }
     databases.remove().await;
 }
@@ -183,6 +195,18 @@ async fn fifty_generated_histories_of_each_variant_meet_every_outcome(pool: PgPo
                         "smaller cumulative refund",
                         detail["reason"] == "a larger refund of this charge was already debited",
                     ),
+                    (
+                        "applied later by its owner",
+                        event.event_type == "payment_intent.succeeded"
+                            && !detail["applied_by"].is_null(),
+                    ),
+                    (
+                        "the payment of an invoice",
+                        detail["reason"].as_str().is_some_and(|reason| {
+                            reason.starts_with("the payment pays an invoice")
+                        }),
+                    ),
+                    ("conflicting owner", !detail["owner_conflict"].is_null()),
                 ] {
                     *details.entry(feature).or_default() += usize::from(found);
                 }
@@ -200,7 +224,26 @@ async fn fifty_generated_histories_of_each_variant_meet_every_outcome(pool: PgPo
                 "no {variant:?} history answered {outcome:?}"
             );
         }
-        assert!(details["applied later by its credit"] > 0, "{variant:?}");
+        for feature in [
+            "applied later by its credit",
+            "applied later by its owner",
+            "the payment of an invoice",
+        ] {
+            assert!(details[feature] > 0, "no {variant:?} history had {feature}");
+        }
+        for kind in [
+            "checkout.session.completed",
+            "checkout.session.async_payment_succeeded",
+            "checkout.session.async_payment_failed",
+            "invoice_payment.paid",
+        ] {
+            assert!(
+                histogram
+                    .keys()
+                    .any(|(k, o)| k.ends_with(kind) && *o == "processed"),
+                "no {variant:?} history processed a {kind}"
+            );
+        }
         if variant == Variant::Exact {
             assert_eq!(
                 raced, 50,
@@ -210,6 +253,7 @@ async fn fifty_generated_histories_of_each_variant_meet_every_outcome(pool: PgPo
                 "refused by the database",
                 "credit owned by another event",
                 "smaller cumulative refund",
+                "conflicting owner",
             ] {
                 assert!(details[feature] > 0, "no exact history had a {feature}");
             }
@@ -309,6 +353,7 @@ async fn empty(pool: &PgPool) {
     sqlx::raw_sql(
         "delete from deferred_events; delete from wallet_entries; delete from wallets;
          delete from outbox; delete from payments; delete from subscriptions;
+         delete from owners; delete from invoices; delete from invoice_payments;
          delete from processed_events",
     )
     .execute(pool)

@@ -1,7 +1,8 @@
 //! Stripe-shaped Checkout events, with the fields Stripe sends (API version
 //! 2024-06-20 unless a test says otherwise): Checkout Sessions, payment
 //! intents without metadata, customers, invoices, invoice payments and
-//! subscriptions of a customer.
+//! subscriptions of a customer. Each object is also built at a given time
+//! (`*_at`), for tests whose bodies must be the same on every run.
 
 use serde_json::{Value, json};
 
@@ -38,6 +39,11 @@ impl<'a> Session<'a> {
     }
 
     pub fn object(&self) -> Value {
+        self.object_at(now())
+    }
+
+    /// The session as Stripe sends it, created a minute before `at`.
+    pub fn object_at(&self, at: i64) -> Value {
         json!({
             "id": self.id,
             "object": "checkout.session",
@@ -49,7 +55,7 @@ impl<'a> Session<'a> {
             "billing_address_collection": null,
             "cancel_url": "https://example.com/cancel",
             "client_reference_id": self.client_reference_id,
-            "created": now() - 60,
+            "created": at - 60,
             "currency": "usd",
             "customer": self.customer,
             "customer_creation": "if_required",
@@ -62,7 +68,7 @@ impl<'a> Session<'a> {
                 "tax_ids": []
             },
             "customer_email": null,
-            "expires_at": now() + 86_340,
+            "expires_at": at + 86_340,
             "invoice": null,
             "livemode": false,
             "locale": null,
@@ -104,6 +110,10 @@ pub fn intent(event_id: &str, intent: &str, customer: Option<&str>, amount: i64)
 }
 
 pub fn intent_object(intent: &str, customer: Option<&str>, amount: i64) -> Value {
+    intent_object_at(intent, customer, amount, now())
+}
+
+pub fn intent_object_at(intent: &str, customer: Option<&str>, amount: i64, at: i64) -> Value {
     json!({
         "id": intent,
         "object": "payment_intent",
@@ -113,7 +123,7 @@ pub fn intent_object(intent: &str, customer: Option<&str>, amount: i64) -> Value
         "capture_method": "automatic_async",
         "client_secret": format!("{intent}_secret_x"),
         "confirmation_method": "automatic",
-        "created": now() - 30,
+        "created": at - 30,
         "currency": "usd",
         "customer": customer,
         "description": null,
@@ -128,23 +138,27 @@ pub fn intent_object(intent: &str, customer: Option<&str>, amount: i64) -> Value
 
 /// A customer whose metadata names its owner (or not).
 pub fn customer(event_id: &str, customer: &str, owner: Option<&str>) -> String {
+    event_of_type(
+        event_id,
+        "customer.created",
+        customer_object(customer, owner, now()),
+    )
+}
+
+pub fn customer_object(customer: &str, owner: Option<&str>, at: i64) -> Value {
     let metadata = match owner {
         Some(owner) => json!({ "user_id": owner }),
         None => json!({}),
     };
-    event_of_type(
-        event_id,
-        "customer.created",
-        json!({
-            "id": customer,
-            "object": "customer",
-            "created": now() - 10,
-            "email": "jenny@example.com",
-            "livemode": false,
-            "metadata": metadata,
-            "name": "Jenny Rosen"
-        }),
-    )
+    json!({
+        "id": customer,
+        "object": "customer",
+        "created": at - 10,
+        "email": "jenny@example.com",
+        "livemode": false,
+        "metadata": metadata,
+        "name": "Jenny Rosen"
+    })
 }
 
 /// `invoice.paid` of a subscription's invoice; `intent` is named as older
@@ -157,6 +171,20 @@ pub fn invoice(
     intent: Option<&str>,
     amount: i64,
 ) -> String {
+    event_of_type(
+        event_id,
+        "invoice.paid",
+        invoice_object(invoice, customer, subscription, intent, amount),
+    )
+}
+
+pub fn invoice_object(
+    invoice: &str,
+    customer: &str,
+    subscription: Option<&str>,
+    intent: Option<&str>,
+    amount: i64,
+) -> Value {
     let mut object = json!({
         "id": invoice,
         "object": "invoice",
@@ -177,7 +205,7 @@ pub fn invoice(
     if let Some(intent) = intent {
         object["payment_intent"] = intent.into();
     }
-    event_of_type(event_id, "invoice.paid", object)
+    object
 }
 
 /// `invoice_payment.paid`: current API versions' join of an invoice and the
@@ -186,7 +214,12 @@ pub fn invoice_payment(event_id: &str, invoice: &str, intent: &str, amount: i64)
     event_of_type(
         event_id,
         "invoice_payment.paid",
-        json!({
+        invoice_payment_object(invoice, intent, amount, now()),
+    )
+}
+
+pub fn invoice_payment_object(invoice: &str, intent: &str, amount: i64, at: i64) -> Value {
+    json!({
             "id": format!("inpay_{intent}"),
             "object": "invoice_payment",
             "amount_paid": amount,
@@ -197,9 +230,8 @@ pub fn invoice_payment(event_id: &str, invoice: &str, intent: &str, amount: i64)
             "livemode": false,
             "payment": { "type": "payment_intent", "payment_intent": intent },
             "status": "paid",
-            "status_transitions": { "canceled_at": null, "paid_at": now() }
-        }),
-    )
+        "status_transitions": { "canceled_at": null, "paid_at": at }
+    })
 }
 
 /// `customer.subscription.created` of a customer's subscription, without
@@ -208,15 +240,19 @@ pub fn subscription(event_id: &str, subscription: &str, customer: &str) -> Strin
     event_of_type(
         event_id,
         "customer.subscription.created",
-        json!({
+        subscription_object(subscription, customer, now()),
+    )
+}
+
+pub fn subscription_object(subscription: &str, customer: &str, at: i64) -> Value {
+    json!({
             "id": subscription,
             "object": "subscription",
             "customer": customer,
             "status": "active",
             "metadata": {},
             "items": { "object": "list", "data": [
-                { "id": "si_1", "price": { "id": "price_pro" }, "current_period_end": now() + 2_592_000 }
-            ]}
-        }),
-    )
+            { "id": "si_1", "price": { "id": "price_pro" }, "current_period_end": at + 2_592_000 }
+        ]}
+    })
 }

@@ -23,10 +23,13 @@ pub(super) fn stripe_event(event_id: &str, event_type: &str, created: i64, objec
     event("stripe", event_id, event_type, body.to_string())
 }
 
+/// A succeeded intent whose metadata names its owner; of the owner's
+/// customer, which it teaches.
 pub(super) fn payment_intent(id: &str, user: &str, currency: &str, amount: i64) -> Value {
     json!({
         "id": id, "object": "payment_intent", "amount": amount, "amount_received": amount,
-        "currency": currency, "metadata": { "user_id": user }, "status": "succeeded",
+        "currency": currency, "customer": format!("cus_{user}"),
+        "metadata": { "user_id": user }, "status": "succeeded",
     })
 }
 

@@ -11,6 +11,7 @@ use webhookd::providers::Event;
 use super::bodies::{
     T0, event, payment_intent, razorpay_event, razorpay_payment_entity, stripe_charge, stripe_event,
 };
+use super::checkout::{Flow, flows};
 use super::history::Variant;
 
 /// Wallet currencies, as Stripe spells them (Razorpay upper-cases them).
@@ -106,6 +107,8 @@ pub(super) struct Plan {
     /// Two credits of one wallet that its balance cannot hold together:
     /// the second to arrive is refused by the database (`rejected`).
     overflow: bool,
+    /// Stripe Checkout flows.
+    checkout: Vec<Flow>,
 }
 
 pub(super) fn plan(variant: Variant) -> impl Strategy<Value = Plan> {
@@ -169,6 +172,7 @@ pub(super) fn plan(variant: Variant) -> impl Strategy<Value = Plan> {
         vec(0..SOURCES.len(), 1..=2),
         subsequence(MALFORMED.to_vec(), 1..=3),
         races(0.3),
+        flows(variant),
     )
         .prop_map(
             move |(
@@ -182,6 +186,7 @@ pub(super) fn plan(variant: Variant) -> impl Strategy<Value = Plan> {
                 sources,
                 malformed,
                 overflow,
+                checkout,
             )| {
                 let mut plan = Plan {
                     variant,
@@ -195,6 +200,7 @@ pub(super) fn plan(variant: Variant) -> impl Strategy<Value = Plan> {
                     sources,
                     malformed,
                     overflow,
+                    checkout,
                 };
                 // Two event ids for one payment intent in every exact history.
                 if exact {
@@ -283,12 +289,16 @@ impl Plan {
                 body.to_string(),
             ));
         }
+        // A customer whose metadata names its owner teaches it.
         events.push(stripe_event(
-            "evt_unhandled",
+            "evt_cus_user_0_created",
             "customer.created",
             T0 + 70,
             json!({ "id": "cus_user_0", "object": "customer", "metadata": { "user_id": "user_0" } }),
         ));
+        for (n, flow) in self.checkout.iter().enumerate() {
+            flow.events(n, self.currency(n), &mut events);
+        }
         for &malformed in &self.malformed {
             events.push(self.malformed(malformed));
         }

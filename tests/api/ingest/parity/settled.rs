@@ -7,7 +7,8 @@ use std::fmt::Debug;
 use serde_json::Value;
 
 use super::snapshot::{
-    Deferred, Entry, Event, OutboxRow, Payment, Snapshot, Subscription, Wallet, stream,
+    Deferred, Entry, Event, Invoice, InvoicePayment, OutboxRow, Owner, Payment, Snapshot,
+    Subscription, Wallet, stream,
 };
 
 /// What does not depend on the order in which events committed, for
@@ -20,7 +21,11 @@ use super::snapshot::{
 ///   rather than `processed` when its payment intent was credited first.
 ///   Its detail is kept for `rejected` events only (`applied_by` removed);
 /// - events still waiting, wallets, the sum of each wallet's entries, the
-///   entries (without their position), payments, subscriptions;
+///   entries (without their position), payments, subscriptions, invoices;
+/// - the owners learned and the invoices' payments, without the event that
+///   taught or joined them: of several events that say the same (a
+///   session and its `async_payment_succeeded`), the first to commit does
+///   (what they say never differs in these histories);
 /// - the outbox rows but `subscription.changed`, without `balance_minor`
 ///   (the balance after an entry depends on what came before it); of
 ///   `subscription.changed`, which changes are announced depends on order,
@@ -36,6 +41,9 @@ pub struct Settled {
     pub entries: Vec<Entry>,
     pub payments: Vec<Payment>,
     pub subscriptions: Vec<Subscription>,
+    pub owners: Vec<Owner>,
+    pub invoices: Vec<Invoice>,
+    pub invoice_payments: Vec<InvoicePayment>,
     pub outbox: Vec<OutboxRow>,
     pub announced: Vec<OutboxRow>,
 }
@@ -124,6 +132,23 @@ impl Snapshot {
                 .collect(),
             payments: self.payments.clone(),
             subscriptions: self.subscriptions.clone(),
+            owners: self
+                .owners
+                .iter()
+                .map(|owner| Owner {
+                    event_id: String::new(),
+                    ..owner.clone()
+                })
+                .collect(),
+            invoices: self.invoices.clone(),
+            invoice_payments: self
+                .invoice_payments
+                .iter()
+                .map(|paid| InvoicePayment {
+                    event_id: String::new(),
+                    ..paid.clone()
+                })
+                .collect(),
             outbox: self
                 .outbox
                 .iter()
@@ -171,6 +196,9 @@ impl Tables for Snapshot {
             ("wallet_entries", lines(&self.entries)),
             ("payments", lines(&self.payments)),
             ("subscriptions", lines(&self.subscriptions)),
+            ("owners", lines(&self.owners)),
+            ("invoices", lines(&self.invoices)),
+            ("invoice_payments", lines(&self.invoice_payments)),
             ("outbox", lines(&self.outbox)),
         ]
     }
@@ -186,6 +214,9 @@ impl Tables for Settled {
             ("wallet_entries", lines(&self.entries)),
             ("payments", lines(&self.payments)),
             ("subscriptions", lines(&self.subscriptions)),
+            ("owners", lines(&self.owners)),
+            ("invoices", lines(&self.invoices)),
+            ("invoice_payments", lines(&self.invoice_payments)),
             ("outbox", lines(&self.outbox)),
             ("last subscription.changed", lines(&self.announced)),
         ]

@@ -20,7 +20,7 @@
 //!   `stored_event_time`. `Snapshot::settled` drops what of them depends
 //!   on arrival order.
 //! - Left out: `received_at`, `created_at`, `updated_at`, `available_at`,
-//!   `locked_until`; `delivered_at` and `dead_at` are kept as whether they
+//!   `locked_until`, `learned_at`, `paid_at`; `delivered_at` and `dead_at` are kept as whether they
 //!   are set. The `sweeps` table is not read: ingest never writes it.
 
 use std::collections::HashMap;
@@ -36,6 +36,9 @@ pub struct Snapshot {
     pub entries: Vec<Entry>,
     pub payments: Vec<Payment>,
     pub subscriptions: Vec<Subscription>,
+    pub owners: Vec<Owner>,
+    pub invoices: Vec<Invoice>,
+    pub invoice_payments: Vec<InvoicePayment>,
     pub outbox: Vec<OutboxRow>,
 }
 
@@ -105,6 +108,34 @@ pub struct Subscription {
     pub plan_id: Option<String>,
     pub current_period_end: Option<i64>,
     pub provider_updated_at: i64,
+    pub event_id: String,
+}
+
+/// An `owners` row: whose a customer or payment is, and who taught it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Owner {
+    pub provider: String,
+    pub subject: String,
+    pub subject_id: String,
+    pub user_id: String,
+    pub event_id: String,
+    pub conflicts: i64,
+}
+
+/// An `invoices` row: the event that announced the invoice.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Invoice {
+    pub provider: String,
+    pub invoice_id: String,
+    pub event_id: String,
+}
+
+/// An `invoice_payments` row: the invoice a payment pays.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct InvoicePayment {
+    pub provider: String,
+    pub payment_id: String,
+    pub invoice_id: String,
     pub event_id: String,
 }
 
@@ -283,6 +314,23 @@ pub async fn snapshot(pool: &PgPool) -> Snapshot {
                     extract(epoch from provider_updated_at)::bigint as provider_updated_at,
                     event_id
              from subscriptions order by provider, subscription_id",
+        )
+        .await,
+        owners: rows(
+            pool,
+            "select provider, subject, subject_id, user_id, event_id, conflicts
+             from owners order by provider, subject, subject_id",
+        )
+        .await,
+        invoices: rows(
+            pool,
+            "select provider, invoice_id, event_id from invoices order by provider, invoice_id",
+        )
+        .await,
+        invoice_payments: rows(
+            pool,
+            "select provider, payment_id, invoice_id, event_id
+             from invoice_payments order by provider, payment_id",
         )
         .await,
         outbox,
