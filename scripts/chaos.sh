@@ -479,7 +479,7 @@ def event(i, created, kind="payment_intent.succeeded", prefix="evt_lost_"):
             "livemode": False, "pending_webhooks": 1, "type": kind}
 credits = [event(i, now - 1800 + i * 1740 // n) for i in range(n)]
 start, stop = int(n * 0.35), int(n * 0.35) + int(n * 0.30)
-others = [event(i, now - 1800 + i * 30, "customer.created", "evt_other_") for i in range(50)]
+others = [event(i, now - 1800 + i * 30, "product.created", "evt_other_") for i in range(50)]
 old = [event(i, now - 7200 + i, prefix="evt_old_") for i in range(50)]
 held = credits + others + old
 rng.shuffle(held)
