@@ -35,7 +35,6 @@ pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
 pub use refused::refused;
 pub use sources::{
     LiveMode, SourceEffects, SourceScheme, SourceSettings, StripeScopeArgs, sources_from_env,
-    sources_from_process_env,
 };
 pub use sweep::{PeriodicSweepArgs, RazorpayApiArgs, StripeApiArgs};
 

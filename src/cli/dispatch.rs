@@ -11,7 +11,7 @@ use super::args::{Cli, Command};
 use super::drill::DrillArgs;
 use super::reconcile::ReconcileArgs;
 use crate::clock::Clock;
-use crate::config::{DatabaseSettings, Layers, ServeSettings};
+use crate::config::{DatabaseSettings, Invalid, Layers, ServeSettings, SourceSettings};
 use crate::startup;
 
 /// Runs the command `cli` names (`serve` when none), writing its answer to
@@ -43,7 +43,7 @@ pub async fn run(cli: Cli, layers: &Layers) -> anyhow::Result<()> {
         }
         Some(Command::Events(command)) => {
             with_pool(database, async |pool| {
-                super::events::run(pool, &command, out).await
+                super::events::run(pool, &command, &configured(layers)?, out).await
             })
             .await
         }
@@ -51,13 +51,15 @@ pub async fn run(cli: Cli, layers: &Layers) -> anyhow::Result<()> {
         Some(Command::Reconcile(args)) => reconcile(database, &args, out).await,
         Some(Command::Sweep(command)) => {
             with_pool(database, async |pool| {
-                super::sweep::sweep(pool, &command, &Clock::System, out).await
+                let configured = configured(layers)?;
+                super::sweep::sweep(pool, &command, &configured, &Clock::System, out).await
             })
             .await
         }
         Some(Command::Import(args)) => {
             with_pool(database, async |pool| {
-                super::sweep::import(pool, &args, &Clock::System, out).await
+                let configured = configured(layers)?;
+                super::sweep::import(pool, &args, &configured, &Clock::System, out).await
             })
             .await
         }
@@ -70,6 +72,13 @@ pub async fn run(cli: Cli, layers: &Layers) -> anyhow::Result<()> {
             .await
         }
     }
+}
+
+/// The sources the file and the environment configure, as `serve` reads
+/// them.
+fn configured(layers: &Layers) -> Result<Vec<SourceSettings>, Invalid> {
+    crate::config::sources_from_env(layers.variables())
+        .map_err(|error| Invalid::one(format!("{error:#}")))
 }
 
 async fn serve(settings: ServeSettings, database: &DatabaseSettings) -> anyhow::Result<()> {

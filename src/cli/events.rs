@@ -6,7 +6,7 @@ use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::config::StripeApiArgs;
+use crate::config::{SourceSettings, StripeApiArgs};
 use crate::providers::Providers;
 use crate::{events, ingest};
 
@@ -34,9 +34,12 @@ pub enum EventsCommand {
     },
 }
 
+/// `webhookd events`: a replay reads the event as the sources
+/// `configured` would.
 pub async fn run(
     pool: &PgPool,
     command: &EventsCommand,
+    configured: &[SourceSettings],
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
@@ -49,8 +52,7 @@ pub async fn run(
             event_id,
             stripe,
         } => {
-            let configured = crate::config::sources_from_process_env()?;
-            let sources = crate::startup::registry(stripe, &configured)?;
+            let sources = crate::startup::registry(stripe, configured)?;
             replay(pool, &sources, provider, event_id, out).await
         }
     }

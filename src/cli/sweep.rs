@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use super::import_file;
 use super::json_line;
 use crate::clock::Clock;
-use crate::config::{RazorpayApiArgs, StripeApiArgs};
+use crate::config::{RazorpayApiArgs, SourceSettings, StripeApiArgs};
 use crate::startup;
 use crate::sweep::listing;
 use crate::sweep::paypal::{Paypal, PaypalApiArgs};
@@ -102,9 +102,12 @@ pub enum ImportSource {
     Paypal,
 }
 
+/// `webhookd sweep`, judging what it recovers as the sources `configured`
+/// would.
 pub async fn sweep(
     pool: &PgPool,
     command: &SweepCommand,
+    configured: &[SourceSettings],
     clock: &Clock,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
@@ -114,7 +117,8 @@ pub async fn sweep(
             let mut api = startup::stripe_api(&args.api)?;
             let window =
                 floored(pool, clock, crate::providers::stripe::PROVIDER, args.since).await?;
-            let source = startup::swept_from_env(&args.api, crate::providers::stripe::PROVIDER)?;
+            let source =
+                startup::swept_of(&args.api, configured, crate::providers::stripe::PROVIDER)?;
             listing::sweep::<Stripe>(&mut api, pool, mode(args.dry_run), &source, window, None)
                 .await?
         }
@@ -123,8 +127,9 @@ pub async fn sweep(
             let (since, _) = window(clock, args.since);
             let since = sweep::floor(pool, crate::providers::razorpay::PROVIDER, since).await?;
             let until = clock.now() - sweep::razorpay::SETTLE_SECS;
-            let source = startup::swept_from_env(
+            let source = startup::swept_of(
                 &StripeApiArgs::default(),
+                configured,
                 crate::providers::razorpay::PROVIDER,
             )?;
             let mode = mode(args.dry_run);
@@ -134,8 +139,9 @@ pub async fn sweep(
             let mut api = sweep::paypal::api(&args.api)?;
             let window =
                 floored(pool, clock, crate::providers::paypal::PROVIDER, args.since).await?;
-            let source = startup::swept_from_env(
+            let source = startup::swept_of(
                 &StripeApiArgs::default(),
+                configured,
                 crate::providers::paypal::PROVIDER,
             )?;
             listing::sweep::<Paypal>(&mut api, pool, mode(args.dry_run), &source, window, None)
@@ -155,14 +161,18 @@ pub async fn sweep(
     Ok(())
 }
 
+/// `webhookd import`, of the sources `configured`.
 pub async fn import(
     pool: &PgPool,
     args: &ImportArgs,
+    configured: &[SourceSettings],
     clock: &Clock,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let line = match (args.source, &args.provider, &args.from_csv) {
-        (Some(source), _, _) => json_line(&import_listed(pool, args, source, clock).await?)?,
+        (Some(source), _, _) => {
+            json_line(&import_listed(pool, args, configured, source, clock).await?)?
+        }
         (None, Some(provider), Some(path)) => {
             let imported =
                 import_file::run(pool, provider, path, args.dry_run, clock.now()).await?;
@@ -181,6 +191,7 @@ pub async fn import(
 async fn import_listed(
     pool: &PgPool,
     args: &ImportArgs,
+    configured: &[SourceSettings],
     source: ImportSource,
     clock: &Clock,
 ) -> anyhow::Result<Imported> {
@@ -193,13 +204,15 @@ async fn import_listed(
     let summary = match source {
         ImportSource::Stripe => {
             let mut api = startup::stripe_api(&args.api)?;
-            let source = startup::swept_from_env(&args.api, crate::providers::stripe::PROVIDER)?;
+            let source =
+                startup::swept_of(&args.api, configured, crate::providers::stripe::PROVIDER)?;
             listing::sweep::<Stripe>(&mut api, pool, mode, &source, (since, until), None).await?
         }
         ImportSource::Paypal => {
             let mut api = sweep::paypal::api(&args.paypal)?;
-            let source = startup::swept_from_env(
+            let source = startup::swept_of(
                 &StripeApiArgs::default(),
+                configured,
                 crate::providers::paypal::PROVIDER,
             )?;
             listing::sweep::<Paypal>(&mut api, pool, mode, &source, (since, until), None).await?

@@ -229,15 +229,6 @@ pub fn sources_from_env(
     }
 }
 
-/// [`sources_from_env`] of this process's environment.
-pub fn sources_from_process_env() -> anyhow::Result<Vec<SourceSettings>> {
-    sources_from_env(
-        // Only our own variables; others need not even be valid Unicode.
-        std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-    )
-}
-
 /// The source `upper` from its variables `given`; `None`: a built-in
 /// source whose only settings are read elsewhere (the source `stripe`'s
 /// mode and Connect, [`StripeScopeArgs`]). `Err`: every problem found.

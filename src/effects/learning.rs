@@ -72,7 +72,8 @@ pub(super) fn pays_invoice(invoice: &str) -> Applied {
 
 /// `invoice_payment.paid` (or an `invoice.paid` that names its payment
 /// intent): payment `payment` is invoice `invoice`'s, which releases it if
-/// it waits for an owner. Call with the payment's credit key held.
+/// it waits for an owner, and its refunds waiting for a credit that will
+/// never come. Call with the payment's credit key held.
 pub(super) async fn link_invoice(
     conn: &mut PgConnection,
     event: &Event,
@@ -82,7 +83,10 @@ pub(super) async fn link_invoice(
     let new =
         invoices::link_payment(conn, event.provider(), payment, invoice, event.event_id()).await?;
     Ok(match new {
-        true => vec![owners::wait_key(Subject::Payment, payment)],
+        true => vec![
+            owners::wait_key(Subject::Payment, payment),
+            payment.to_owned(),
+        ],
         false => Vec::new(),
     })
 }

@@ -139,10 +139,7 @@ impl Plan {
                 .map(|id| owners::lock_key(provider, Subject::Customer, id))
         };
         match effect {
-            Effect::Rejected(_)
-            | Effect::Ignored(_)
-            | Effect::Forward
-            | Effect::PaysInvoice { .. } => Plan::default(),
+            Effect::Rejected(_) | Effect::Ignored(_) | Effect::Forward => Plan::default(),
             Effect::Credit { credit, .. } => Plan {
                 keys: [credit_key(provider, &credit.source_ref)]
                     .into_iter()
@@ -185,9 +182,9 @@ impl Plan {
             Effect::LearnCustomer { customer: id, .. } => {
                 keyed(owners::lock_key(provider, Subject::Customer, id))
             }
-            Effect::InvoicePayment { payment, .. } | Effect::LearnPayment { payment, .. } => {
-                keyed(credit_key(provider, payment))
-            }
+            Effect::InvoicePayment { payment, .. }
+            | Effect::PaysInvoice { payment, .. }
+            | Effect::LearnPayment { payment, .. } => keyed(credit_key(provider, payment)),
             Effect::Status(payment) => keyed(credit_key(provider, &payment.payment_id)),
             // A charge's row is written under its intent's key, as its
             // refunds are.
@@ -284,7 +281,11 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
         Effect::LearnPayment { payment, user_id } => {
             teach::learn_payment(conn, event, payment, user_id).await
         }
-        Effect::PaysInvoice { invoice, .. } => Ok(learning::pays_invoice(invoice)),
+        Effect::PaysInvoice { payment, invoice } => {
+            let mut paid = learning::pays_invoice(invoice);
+            paid.releases = learning::link_invoice(conn, event, payment, invoice).await?;
+            Ok(paid)
+        }
         Effect::Checkout(session) => checkout::apply(conn, event, session).await,
         Effect::LearnCustomer { customer, user_id } => {
             teach::learn_customer(conn, event, customer, user_id).await

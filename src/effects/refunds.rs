@@ -9,10 +9,10 @@ use sqlx::PgConnection;
 use super::credits::post_and_announce;
 use super::effect::{Applied, Error, OwnRefund, Reason, RefundRow, StripeCharge};
 use super::fields::refund_status;
-use crate::events;
 use crate::ledger::{self, Entry, EntryKind, NewEntry};
 use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
+use crate::{events, invoices};
 
 /// Debits `refund` (its own amount, never more than is left of the
 /// credit), once per refund id; deferred until the payment is credited. A
@@ -25,10 +25,9 @@ pub(super) async fn debit_own_refund(
     row: &RefundRow,
 ) -> Result<Applied, Error> {
     let found = credit_or_defer(conn, event, &refund.payment_id, refund.currency).await?;
-    let credit = match found {
-        Found::Credit(credit) => credit,
-        Found::Deferred => return Ok(Applied::deferred(&refund.payment_id)),
-        Found::Mismatch(reason) => return Ok(Applied::rejected(reason)),
+    let credit = match found.settled(&refund.payment_id) {
+        Ok(credit) => credit,
+        Err(settled) => return Ok(settled),
     };
     if refund.amount_minor > credit.amount_minor {
         return Ok(Applied::rejected("the refund is larger than its payment"));
@@ -118,10 +117,10 @@ pub(super) async fn debit_charge_refund(
         return Err(Error::Invariant("a charge refund has no payment intent"));
     };
     let (currency, refunded_total) = (charge.payment.currency, charge.payment.refunded_minor);
-    let credit = match credit_or_defer(conn, event, payment_intent, currency).await? {
-        Found::Credit(credit) => credit,
-        Found::Deferred => return Ok(Applied::deferred(payment_intent)),
-        Found::Mismatch(reason) => return Ok(Applied::rejected(reason)),
+    let found = credit_or_defer(conn, event, payment_intent, currency).await?;
+    let credit = match found.settled(payment_intent) {
+        Ok(credit) => credit,
+        Err(settled) => return Ok(settled),
     };
     let row = charge.payment.row(event.provider());
     if let Recorded::Differs = payments::upsert(conn, &row, None).await? {
@@ -171,28 +170,52 @@ enum Found {
     Deferred,
     /// Credited in another currency: the refund can never apply.
     Mismatch(Reason),
+    /// Never credited, and never will be: the payment pays an invoice
+    /// (whose effects are the invoice's), so its refund moves no wallet.
+    Invoice(String),
+}
+
+impl Found {
+    /// What a refund records when there is no credit to debit.
+    fn settled(self, payment: &str) -> Result<Entry, Applied> {
+        match self {
+            Found::Credit(credit) => Ok(credit),
+            Found::Deferred => Err(Applied::deferred(payment)),
+            Found::Mismatch(reason) => Err(Applied::rejected(reason)),
+            Found::Invoice(invoice) => Err(Applied::ignored_with(json!({
+                "reason": "the payment pays an invoice: its refund moves no wallet",
+                "invoice_id": invoice,
+            }))),
+        }
+    }
 }
 
 /// The credit of payment `source_ref`, provided it is in `currency`; when
-/// there is none yet, parks `event` until it exists. Call with the credit's
-/// lock held (the engine takes it).
+/// there is none yet, parks `event` until it exists, unless the payment
+/// pays an invoice (it is never credited). Call with the credit's lock held
+/// (the engine takes it; [`super::learning::link_invoice`] holds it too, and
+/// releases what waits here).
 async fn credit_or_defer(
     conn: &mut PgConnection,
     event: &Event,
     source_ref: &str,
     currency: &str,
 ) -> Result<Found, Error> {
+    let provider = event.provider();
     Ok(
-        match ledger::find(conn, event.provider(), EntryKind::Credit, source_ref).await? {
+        match ledger::find(conn, provider, EntryKind::Credit, source_ref).await? {
             Some(credit) if credit.currency != currency => Found::Mismatch(format!(
                 "the refund is in {currency} but its payment was credited in {}",
                 credit.currency
             )),
             Some(credit) => Found::Credit(credit),
-            None => {
-                events::defer(conn, event.provider(), event.event_id(), source_ref).await?;
-                Found::Deferred
-            }
+            None => match invoices::paid_by(conn, provider, source_ref).await? {
+                Some(invoice) => Found::Invoice(invoice),
+                None => {
+                    events::defer(conn, provider, event.event_id(), source_ref).await?;
+                    Found::Deferred
+                }
+            },
         },
     )
 }

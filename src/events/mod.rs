@@ -290,6 +290,22 @@ pub async fn defer(
     Ok(())
 }
 
+/// Ends the wait of event `event_id`, if it waits: a replay applied it.
+pub async fn undefer(
+    conn: &mut PgConnection,
+    provider: &str,
+    event_id: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "delete from deferred_events where provider = $1 and event_id = $2",
+        provider,
+        event_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// A stored event, as it was received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {

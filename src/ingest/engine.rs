@@ -9,10 +9,10 @@
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
-use super::{Error, release};
-use crate::effects::{self, Applied, Decoded, KEY_LOCK_CLASS};
-use crate::events::{self, Claim, Lock, Outcome, Recorded};
-use crate::{db, ledger, outbox, owners};
+use super::{Error, locks, release};
+use crate::effects::{self, Applied, Decoded};
+use crate::events::{self, Claim, Outcome, Recorded};
+use crate::{db, ledger, outbox};
 
 /// How a transaction of many events begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -92,7 +92,7 @@ pub(super) async fn prepare(
     }
     let claims: Vec<Claim<'_>> = units.iter().map(|unit| Claim::of(unit.event())).collect();
     let mut tx = db::begin_with(pool, begin).await?;
-    let claimed = claim_and_lock(&mut tx, &claims, units).await?;
+    let claimed = locks::claim_and_lock(&mut tx, &claims, units).await?;
     if claimed.is_empty() {
         tx.rollback().await?;
         return Ok(Prepared { tx: None, outcomes });
@@ -133,7 +133,8 @@ pub(super) struct Reapplied<'a> {
 
 impl Reapplied<'_> {
     /// Commits, replacing the stored outcome with the new one when
-    /// `record`.
+    /// `record` (and ending the wait of an event that waited, once it no
+    /// longer does).
     pub(super) async fn commit(mut self, record: bool) -> Result<Applied, Error> {
         if record {
             let event = self.unit.event();
@@ -146,6 +147,9 @@ impl Reapplied<'_> {
                 detail,
             )
             .await?;
+            if outcome != Outcome::Deferred {
+                events::undefer(&mut self.tx, event.provider(), event.event_id()).await?;
+            }
         }
         outbox::notify(&mut self.tx).await?;
         self.tx.commit().await?;
@@ -158,7 +162,7 @@ impl Reapplied<'_> {
 /// them no-ops).
 pub(super) async fn reapply<'a>(pool: &PgPool, unit: &'a Decoded) -> Result<Reapplied<'a>, Error> {
     let mut tx = db::begin_with(pool, BEGIN_ONE).await?;
-    claim_and_lock(&mut tx, &[], &[unit]).await?;
+    locks::claim_and_lock(&mut tx, &[], &[unit]).await?;
     let applied = apply_in_order(&mut tx, &[unit])
         .await?
         .pop()
@@ -196,100 +200,6 @@ async fn apply_in_order(
         applied.append(&mut done);
     }
     Ok(applied)
-}
-
-// Locks.
-//
-// The locks of a transaction, in the order every transaction takes them,
-// so none can deadlock with another: the event claims sorted by
-// `(provider, event_id)`; then the effects' keys ([`effects::Plan`]) and
-// the wallets, each class sorted by hash. Effects run with all of them
-// held.
-
-/// Claims `claims` (none: a replay) and takes the locks of `units` (the
-/// claims' events, or the replayed one): of the claimed events only, when
-/// claiming. Returns the indexes of the claimed ones. The wallets are
-/// locked in the same statement when every one is known up front; a
-/// refund's wallet is its credit's, found once the credit's key is held, so
-/// a transaction with a refund locks all its wallets in a second statement
-/// (never some in each: the wallet class is taken in one sorted sweep).
-async fn claim_and_lock(
-    conn: &mut PgConnection,
-    claims: &[Claim<'_>],
-    units: &[&Decoded],
-) -> Result<Vec<usize>, sqlx::Error> {
-    let claiming = !claims.is_empty();
-    let debits = units.iter().any(|unit| {
-        let plan = unit.plan();
-        plan.debits.is_some() || plan.finds_owner.is_some()
-    });
-    let owner = |i: usize| claiming.then_some(i);
-    let locks = locks(units, owner, !debits);
-    let claimed = events::claim_and_lock(conn, claims, &locks).await?;
-    if debits {
-        let locked: Vec<&Decoded> = if claiming {
-            claimed.iter().map(|&i| units[i]).collect()
-        } else {
-            units.to_vec()
-        };
-        lock_wallets(conn, &locked).await?;
-    }
-    Ok(claimed)
-}
-
-/// The key locks of `units` (and their wallets' when `with_wallets`), each
-/// owned by `owner(index)`.
-fn locks(
-    units: &[&Decoded],
-    owner: impl Fn(usize) -> Option<usize>,
-    with_wallets: bool,
-) -> Vec<Lock> {
-    let mut locks = Vec::new();
-    for (i, unit) in units.iter().enumerate() {
-        let plan = unit.plan();
-        locks.extend(plan.keys.iter().map(|key| Lock {
-            owner: owner(i),
-            class: KEY_LOCK_CLASS,
-            key: key.clone(),
-        }));
-        if with_wallets {
-            locks.extend(plan.wallets.iter().map(|(user_id, currency)| Lock {
-                owner: owner(i),
-                class: ledger::WALLET_LOCK_CLASS,
-                key: ledger::wallet_key(user_id, currency),
-            }));
-        }
-    }
-    locks
-}
-
-/// Locks every wallet `units` credit or debit, in one sorted sweep: a
-/// learned owner's is found first, with its key held.
-async fn lock_wallets(conn: &mut PgConnection, units: &[&Decoded]) -> Result<(), sqlx::Error> {
-    let mut found = Vec::new();
-    for unit in units {
-        if let Some((candidates, currency)) = &unit.plan().finds_owner
-            && let Some(owner) = owners::resolve(conn, unit.event().provider(), candidates).await?
-        {
-            found.push((owner, currency.as_str()));
-        }
-    }
-    let wallets: Vec<(&str, &str)> = units
-        .iter()
-        .flat_map(|unit| {
-            let wallets = &unit.plan().wallets;
-            wallets.iter().map(|(u, c)| (u.as_str(), c.as_str()))
-        })
-        .chain(found.iter().map(|(u, c)| (u.as_str(), *c)))
-        .collect();
-    let debited: Vec<(&str, &str)> = units
-        .iter()
-        .filter_map(|unit| Some((unit.event().provider(), unit.plan().debits.as_deref()?)))
-        .collect();
-    if wallets.is_empty() && debited.is_empty() {
-        return Ok(());
-    }
-    ledger::lock_wallets(conn, &wallets, &debited).await
 }
 
 /// The keys `unit` shares with others: its event id, its plan's keys and

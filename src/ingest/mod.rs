@@ -14,6 +14,7 @@ pub mod batch;
 mod engine;
 mod error;
 mod gap;
+mod locks;
 mod one;
 pub mod owner_wait;
 mod receipt;

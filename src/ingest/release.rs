@@ -2,8 +2,17 @@
 //! refund for its payment's credit) is stored `deferred` under the key it
 //! waits for; the event whose effect brings that key says so
 //! ([`Applied::releases`]), and the engine applies the waiting ones right
-//! after it, oldest first, in the same transaction. One mechanism for
-//! every kind of wait.
+//! after it, oldest first, in the same transaction, each under its own
+//! plan's locks ([`locks`]): a refund racing a payment released by its
+//! customer's owner serialises on the payment's credit key as it would
+//! with the payment itself. One mechanism for every kind of wait.
+//!
+//! Those locks come after the releasing event's, outside the global order
+//! (what waits is only known once its key is held). Two transactions
+//! that each hold what the other's released event needs are a deadlock
+//! Postgres detects: one of them fails whole and is retried (a batch
+//! falls back to one event at a time; a lone event is answered 503 and
+//! redelivered). Nothing is lost or applied twice either way.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +21,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use sqlx::PgConnection;
 
-use super::error;
+use super::{error, locks};
 use crate::effects::{self, Applied, Error};
 use crate::events;
 use crate::providers::{Event, Receiver};
@@ -63,6 +72,7 @@ fn release_all<'a>(
                 let mut result = match waiting {
                     Ok(waiting) => {
                         let unit = effects::decode(waiting.received_by(receiver.cloned()));
+                        locks::claim_and_lock(conn, &[], &[&unit]).await?;
                         let mut result = apply_isolated(conn, &unit).await?;
                         let more = std::mem::take(&mut result.releases);
                         if !more.is_empty() {

@@ -27,7 +27,7 @@ use settings::connection_limits;
 pub use settings::{
     batch_settings, database_options, migrate, pool, problems, require_sessions, validate,
 };
-pub use sources::{providers_settings, registry, swept, swept_from_env};
+pub use sources::{providers_settings, registry, swept, swept_of};
 pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper};
 
 /// What the workers of this process (its drainer, its sweep) share with the

@@ -57,11 +57,14 @@ pub fn swept(sources: &Providers, provider: &str) -> Swept {
 }
 
 /// [`swept`] for a command outside `serve` (`webhookd sweep`, `import`):
-/// the sources of this process's environment, the source `stripe`'s
-/// scope from `stripe`.
-pub fn swept_from_env(stripe: &StripeApiArgs, provider: &str) -> anyhow::Result<Swept> {
-    let configured = crate::config::sources_from_process_env()?;
-    Ok(swept(&registry(stripe, &configured)?, provider))
+/// the sources `configured` (the file's and the environment's), the
+/// source `stripe`'s scope from `stripe`.
+pub fn swept_of(
+    stripe: &StripeApiArgs,
+    configured: &[SourceSettings],
+    provider: &str,
+) -> anyhow::Result<Swept> {
+    Ok(swept(&registry(stripe, configured)?, provider))
 }
 
 /// What verifies a source's deliveries.

@@ -109,7 +109,7 @@ async fn a_console_replay_changes_the_stored_outcome_only_when_the_cli_would(poo
         event_id: "evt_refund_cli".into(),
         stripe: Box::default(),
     };
-    cli::events::run(&app.pool, &command, &mut out)
+    cli::events::run(&app.pool, &command, &[], &mut out)
         .await
         .unwrap();
     let out = String::from_utf8(out).unwrap();

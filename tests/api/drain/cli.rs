@@ -60,7 +60,7 @@ async fn listings_and_stories_escape_and_bound_what_the_network_sent(pool: PgPoo
         provider: None,
         limit: 10,
     };
-    cli::events::run(&pool, &list, &mut out).await.unwrap();
+    cli::events::run(&pool, &list, &[], &mut out).await.unwrap();
     assert_safe(&out, "events list");
 
     let mut out = Vec::new();
@@ -68,7 +68,7 @@ async fn listings_and_stories_escape_and_bound_what_the_network_sent(pool: PgPoo
         provider: "stripe".into(),
         event_id: event_id.clone(),
     };
-    cli::events::run(&pool, &show, &mut out).await.unwrap();
+    cli::events::run(&pool, &show, &[], &mut out).await.unwrap();
     let shown = String::from_utf8(out.clone()).unwrap();
     assert!(shown.contains("payment_intent.\\u{1b}[31mred"), "{shown}");
     assert!(!shown.contains('\u{1b}'));
@@ -97,7 +97,7 @@ async fn listings_and_stories_escape_and_bound_what_the_network_sent(pool: PgPoo
         provider: "stripe".into(),
         event_id: format!("{event_id}-unknown"),
     };
-    let error = cli::events::run(&pool, &missing, &mut Vec::new())
+    let error = cli::events::run(&pool, &missing, &[], &mut Vec::new())
         .await
         .unwrap_err()
         .to_string();

@@ -591,15 +591,13 @@ async fn with_invoice_credits_each_paid_invoice_credits_its_owner_once_in_either
     app.assert_consistent().await;
 }
 
-/// Found by the parity properties' Checkout flows: a refund of the intent
-/// that paid a subscription's invoice has no wallet credit to debit (the
-/// intent was `ignored`: the invoice's money), yet it waits for that credit
-/// (`deferred`, `waits_for` the intent) for ever: nothing credits an
-/// invoice's intent, and the owner wait expires only waits for an owner.
-/// Whichever comes first, the join or the refund, the refund should end
-/// settled (`ignored`, like its intent), never waiting.
+/// A refund of the intent that paid a subscription's invoice has no
+/// wallet credit to debit (the intent is `ignored`: the invoice's money):
+/// whichever comes first, the join (`invoice_payment.paid`) or the refund,
+/// the refund ends `ignored` with the invoice, never waiting for a credit
+/// that nothing will write. (Found by the parity properties' Checkout
+/// flows: it used to wait for ever.)
 #[sqlx::test]
-#[ignore = "finding: a refund of an invoice's payment intent waits for ever"]
 async fn a_refund_of_an_intent_that_paid_an_invoice_does_not_wait_for_ever(pool: PgPool) {
     let app = route_app(pool).await;
     for (k, refund_first) in [false, true].into_iter().enumerate() {
@@ -646,19 +644,16 @@ async fn a_refund_of_an_intent_that_paid_an_invoice_does_not_wait_for_ever(pool:
     app.assert_consistent().await;
 }
 
-/// Found by a concurrency probe of the customer-keyed rule: a payment that
-/// waited for its customer's owner is credited by the event that teaches
-/// it (`customer.created`), whose transaction holds the customer's key
-/// only, not the payment's credit key. A `charge.refunded` of that payment
-/// committing meanwhile holds the credit key, finds no credit yet and
-/// waits for it; the release had already asked what waits for the credit
-/// (nothing committed yet), so nobody wakes the refund: it waits for ever
-/// beside its credit, and the wallet keeps the refunded money. Made
+/// A payment that waited for its customer's owner is credited by the
+/// event that teaches it (`customer.created`), under the payment's credit
+/// key as well as the customer's: a `charge.refunded` of that payment
+/// delivered meanwhile waits for the key, then finds the credit and debits
+/// it. (Before the released event took its own locks, the refund found no
+/// credit, waited beside it for ever, and the wallet kept the refunded
+/// money: 150 of 200 such pairs delivered at the same moment.) Made
 /// deterministic by holding the wallet's row, which the release's credit
-/// writes after asking, while the refund runs. (Delivered at the same
-/// moment without that hold, 150 of 200 such pairs ended this way here.)
+/// writes, while the refund is delivered.
 #[sqlx::test]
-#[ignore = "finding: a refund racing the release of its payment waits for ever"]
 async fn a_refund_racing_the_customer_that_releases_its_payment_is_not_left_waiting(pool: PgPool) {
     let app = crate::effects::paypal::books(pool);
     let rule = "metadata.user_id,customer";
@@ -692,24 +687,22 @@ async fn a_refund_racing_the_customer_that_releases_its_payment_is_not_left_wait
     );
     let pool = app.pool.clone();
     let taught = tokio::spawn(async move { ingest::ingest(&pool, &teach).await.unwrap() });
-    // The release has asked what waits for the credit, and waits to post it.
+    // The release holds the payment's credit key and waits to post it.
     crate::helpers::until_waiting_on_locks(&app.pool, 1).await;
     let refund_body =
         crate::helpers::charge("evt_l_rf", "charge.refunded", "ch_l", "pi_l", 400, 100);
     let refund = received("evt_l_rf", "charge.refunded", refund_body, rule);
-    let answer = ingest::ingest(&app.pool, &refund).await.unwrap();
-    assert_eq!(
-        answer.outcome.as_str(),
-        "deferred",
-        "no credit is committed yet"
-    );
+    let pool = app.pool.clone();
+    let refunded = tokio::spawn(async move { ingest::ingest(&pool, &refund).await.unwrap() });
+    // The refund waits for that key.
+    crate::helpers::until_waiting_on_locks(&app.pool, 2).await;
     hold.rollback().await.unwrap();
     assert_eq!(taught.await.unwrap().outcome.as_str(), "processed");
+    assert_eq!(refunded.await.unwrap().outcome.as_str(), "processed");
 
     let (outcome, detail) = app.event("evt_l_pi").await;
     assert_eq!(outcome, "processed", "released by the customer: {detail}");
     assert_eq!(credits_of(&app, "pi_l").await.len(), 1);
-    // What should hold: the refund is applied once its credit exists.
     let (outcome, detail) = app.event("evt_l_rf").await;
     assert_eq!(outcome, "processed", "{detail}");
     assert_eq!(waiting(&app).await, 0);

@@ -185,7 +185,7 @@ async fn a_replay_judges_by_the_scope_as_it_is_now(pool: PgPool) {
     };
     let mut out = Vec::new();
     let live = replay(Some("true"));
-    webhookd::cli::events::run(&app.pool, &live, &mut out)
+    webhookd::cli::events::run(&app.pool, &live, &[], &mut out)
         .await
         .unwrap();
     let said = String::from_utf8(out).unwrap();
@@ -273,7 +273,7 @@ async fn the_sweep_skips_events_of_the_other_mode_and_of_accounts_it_does_not_ta
     };
     let run = async |command: &SweepCommand| -> anyhow::Result<Value> {
         let mut out = Vec::new();
-        webhookd::cli::sweep::sweep(&app.pool, command, &Clock::System, &mut out).await?;
+        webhookd::cli::sweep::sweep(&app.pool, command, &[], &Clock::System, &mut out).await?;
         Ok(serde_json::from_slice(&out).unwrap())
     };
 

@@ -279,7 +279,9 @@ async fn a_payment_rejected_as_no_owner_is_applied_by_a_replay_once_its_owner_is
     };
     // Replayed while its owner is still unknown, it waits again.
     let mut out = Vec::new();
-    cli::events::run(&pool, &replay, &mut out).await.unwrap();
+    cli::events::run(&pool, &replay, &[], &mut out)
+        .await
+        .unwrap();
     let out = String::from_utf8(out).unwrap();
     assert!(
         out.contains("stored outcome changed from rejected to deferred"),
@@ -309,7 +311,9 @@ async fn a_payment_rejected_as_no_owner_is_applied_by_a_replay_once_its_owner_is
         "{story}"
     );
     let mut out = Vec::new();
-    cli::events::run(&pool, &replay, &mut out).await.unwrap();
+    cli::events::run(&pool, &replay, &[], &mut out)
+        .await
+        .unwrap();
     let out = String::from_utf8(out).unwrap();
     assert!(
         out.contains("stored outcome changed from rejected to processed"),

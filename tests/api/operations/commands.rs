@@ -257,7 +257,9 @@ async fn replaying_an_applied_event_changes_nothing(pool: PgPool) {
             stripe: Box::default(),
         };
         let mut out = Vec::new();
-        cli::events::run(&pool, &replay, &mut out).await.unwrap();
+        cli::events::run(&pool, &replay, &[], &mut out)
+            .await
+            .unwrap();
         let out = output(out);
         assert!(
             out.contains("stored outcome unchanged (processed)"),
@@ -271,7 +273,7 @@ async fn replaying_an_applied_event_changes_nothing(pool: PgPool) {
         stripe: Box::default(),
     };
     assert!(
-        cli::events::run(&pool, &missing, &mut Vec::new())
+        cli::events::run(&pool, &missing, &[], &mut Vec::new())
             .await
             .is_err()
     );
@@ -302,9 +304,11 @@ async fn replaying_a_deferred_refund_after_its_credit_applies_it_once(pool: PgPo
         stripe: Box::default(),
     };
     let mut out = Vec::new();
-    cli::events::run(&pool, &replay, &mut out).await.unwrap();
+    cli::events::run(&pool, &replay, &[], &mut out)
+        .await
+        .unwrap();
     assert!(output(out).contains("stored outcome changed from deferred to processed"));
-    cli::events::run(&pool, &replay, &mut Vec::new())
+    cli::events::run(&pool, &replay, &[], &mut Vec::new())
         .await
         .unwrap();
     assert_eq!(app.balance("user_1", "USD").await, Some(0));

@@ -1,12 +1,15 @@
 //! The configuration file, through the real binary: `serve` reads it under
 //! the environment; `config show` and `config check`; a configuration
-//! error is one line, exit 2, without a backtrace.
+//! error is one line, exit 2, without a backtrace; the other commands read
+//! the file's sources as `serve` does.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::Arc;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;
+use webhookd::providers::{Event, Receiver};
 
 use crate::helpers::{SECRET, payment_intent_succeeded};
 use crate::service::lifecycle::{Server, balance, database_url, free_port};
@@ -229,4 +232,61 @@ fn a_configuration_error_is_one_line_and_exit_2_without_a_backtrace() {
         err,
         "webhookd: invalid configuration: WEBHOOKD_LISTEN is not valid: invalid socket address syntax\n"
     );
+}
+
+/// `events replay` (as `sweep` and `import`) reads the sources of the
+/// file as `serve` does: an event of a source that only the file names is
+/// replayed under that source's owner rule, and ends its wait.
+#[sqlx::test]
+async fn events_replay_reads_the_sources_of_the_file(pool: PgPool) {
+    let mut body: serde_json::Value =
+        serde_json::from_str(&payment_intent_succeeded("evt_shop", "pi_shop", "", 900)).unwrap();
+    body["data"]["object"]["metadata"] = serde_json::json!({ "account": "acct_shop" });
+    let receiver = Receiver {
+        name: "shop".into(),
+        record_only: false,
+        owner: None,
+        invoice_credits: false,
+    };
+    let received = Event::from_stored(
+        "stripe",
+        "evt_shop",
+        "payment_intent.succeeded",
+        body.to_string().into(),
+    )
+    .unwrap()
+    .received_by(Some(Arc::new(receiver)));
+    let answer = webhookd::ingest::ingest(&pool, &received).await.unwrap();
+    assert_eq!(answer.outcome.as_str(), "deferred", "waits for its owner");
+
+    let url = database_url(&pool);
+    let replay = ["events", "replay", "stripe", "evt_shop"];
+    let (code, out, err) = run(webhookd(&[("DATABASE_URL", &url)]).args(replay));
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("the source `shop` that received it is not configured"),
+        "{err}"
+    );
+
+    let file = ConfigFile::new(
+        "replay",
+        "[sources.shop]\nscheme = \"stripe\"\nsecrets = [\"whsec_shop\"]\n\
+         owner = \"metadata.account\"\n",
+    );
+    let (code, out, err) = run(webhookd(&[("DATABASE_URL", &url)])
+        .args(["--config", file.path()])
+        .args(replay));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (outcome,): (String,) =
+        sqlx::query_as("select outcome from processed_events where event_id = 'evt_shop'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(outcome, "processed");
+    assert_eq!(balance(&pool, "acct_shop").await, Some(900));
+    let waiting: i64 = sqlx::query_scalar("select count(*) from deferred_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(waiting, 0, "a replayed event that applied no longer waits");
 }

@@ -174,7 +174,7 @@ async fn a_razorpay_ledger_that_a_sweep_completed_reconciles(pool: PgPool) {
         dry_run: false,
         api: args.razorpay.clone(),
     });
-    webhookd::cli::sweep::sweep(&app.pool, &sweep, &Clock::System, &mut Vec::new())
+    webhookd::cli::sweep::sweep(&app.pool, &sweep, &[], &Clock::System, &mut Vec::new())
         .await
         .unwrap();
     let (ok, findings, report) = reconcile(&app, &args, Against::Razorpay).await;

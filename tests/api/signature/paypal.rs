@@ -848,7 +848,7 @@ async fn a_replay_keeps_the_transmission_time_of_an_event_without_one(pool: PgPo
         stripe: Box::default(),
     };
     let mut out = Vec::new();
-    webhookd::cli::events::run(&pool, &replay, &mut out)
+    webhookd::cli::events::run(&pool, &replay, &[], &mut out)
         .await
         .unwrap();
     let out = String::from_utf8(out).unwrap();

@@ -121,7 +121,7 @@ async fn paypal(State(api): State<Endless>, Query(query): Params) -> Json<Value>
 /// Runs `command` (a dry run, as in the finding) and returns its error.
 async fn refused(pool: &PgPool, command: SweepCommand) -> String {
     let mut out = Vec::new();
-    let swept = webhookd::cli::sweep::sweep(pool, &command, &Clock::System, &mut out).await;
+    let swept = webhookd::cli::sweep::sweep(pool, &command, &[], &Clock::System, &mut out).await;
     format!("{:#}", swept.expect_err("the sweep stops"))
 }
 

@@ -67,7 +67,7 @@ pub async fn sweep(app: &TestApp, fake: &FakePaypal, dry_run: bool) -> anyhow::R
         api: api_args(fake, CLIENT_SECRET),
     });
     let mut out = Vec::new();
-    webhookd::cli::sweep::sweep(&app.pool, &command, &Clock::System, &mut out).await?;
+    webhookd::cli::sweep::sweep(&app.pool, &command, &[], &Clock::System, &mut out).await?;
     Ok(serde_json::from_slice(&out).unwrap())
 }
 
@@ -303,7 +303,7 @@ async fn paypal_events_are_imported_without_effects_and_sweeps_start_after(pool:
         paypal: api_args(&fake, CLIENT_SECRET),
     };
     let mut out = Vec::new();
-    webhookd::cli::sweep::import(&app.pool, &import, &Clock::System, &mut out)
+    webhookd::cli::sweep::import(&app.pool, &import, &[], &Clock::System, &mut out)
         .await
         .unwrap();
     let line: Value = serde_json::from_slice(&out).unwrap();

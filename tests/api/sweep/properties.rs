@@ -68,7 +68,7 @@ async fn sweep(app: &TestApp, fake: &FakeStripe) -> Value {
         },
     });
     let mut out = Vec::new();
-    webhookd::cli::sweep::sweep(&app.pool, &command, &Clock::System, &mut out)
+    webhookd::cli::sweep::sweep(&app.pool, &command, &[], &Clock::System, &mut out)
         .await
         .unwrap();
     serde_json::from_slice(&out).unwrap()

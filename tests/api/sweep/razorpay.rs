@@ -30,6 +30,7 @@ async fn sweep(app: &TestApp, fake: &FakeRazorpay, dry_run: bool) -> Value {
     webhookd::cli::sweep::sweep(
         &app.pool,
         &args(fake, KEY_SECRET, dry_run),
+        &[],
         &Clock::System,
         &mut out,
     )
@@ -180,6 +181,7 @@ async fn a_razorpay_dry_run_counts_and_writes_nothing_and_a_refused_key_stops(po
     let error = webhookd::cli::sweep::sweep(
         &app.pool,
         &args(&fake, "wrong", false),
+        &[],
         &Clock::System,
         &mut Vec::new(),
     )
@@ -281,7 +283,7 @@ async fn after_an_import_no_razorpay_sweep_credits_what_the_earlier_handler_appl
         },
         paypal: crate::sweep::paypal::unset(),
     };
-    webhookd::cli::sweep::import(&app.pool, &import, &Clock::System, &mut Vec::new())
+    webhookd::cli::sweep::import(&app.pool, &import, &[], &Clock::System, &mut Vec::new())
         .await
         .unwrap();
     std::fs::remove_file(&file).unwrap();
@@ -307,9 +309,15 @@ async fn after_an_import_no_razorpay_sweep_credits_what_the_earlier_handler_appl
     ));
     let later = Clock::Fixed(now() + 3600);
     let mut out = Vec::new();
-    webhookd::cli::sweep::sweep(&app.pool, &args(&fake, KEY_SECRET, false), &later, &mut out)
-        .await
-        .unwrap();
+    webhookd::cli::sweep::sweep(
+        &app.pool,
+        &args(&fake, KEY_SECRET, false),
+        &[],
+        &later,
+        &mut out,
+    )
+    .await
+    .unwrap();
     let summary: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(summary["recovered"], 1, "{summary}");
     assert_eq!(app.balance("user_1", "INR").await, Some(400));

@@ -48,7 +48,7 @@ async fn sweep(app: &TestApp, fake: &FakeStripe, dry_run: bool) -> anyhow::Resul
         api: api_args(fake, KEY),
     });
     let mut out = Vec::new();
-    webhookd::cli::sweep::sweep(&app.pool, &command, &Clock::System, &mut out).await?;
+    webhookd::cli::sweep::sweep(&app.pool, &command, &[], &Clock::System, &mut out).await?;
     let line = String::from_utf8(out).unwrap();
     Ok(serde_json::from_str(line.trim()).unwrap())
 }
@@ -317,9 +317,10 @@ async fn rate_limits_and_server_errors_are_retried_and_a_refused_key_stops_at_on
         dry_run: false,
         api: api_args(&fake, "rk_test_wrong"),
     });
-    let error = webhookd::cli::sweep::sweep(&app.pool, &command, &Clock::System, &mut Vec::new())
-        .await
-        .unwrap_err();
+    let error =
+        webhookd::cli::sweep::sweep(&app.pool, &command, &[], &Clock::System, &mut Vec::new())
+            .await
+            .unwrap_err();
     let message = format!("{error:#}");
     assert!(
         message.contains("stripe refused the API key (401)"),
@@ -376,7 +377,7 @@ async fn a_sweep_stopped_half_way_and_run_again_applies_each_event_once(pool: Pg
                     scope: Default::default(),
                 },
             });
-            webhookd::cli::sweep::sweep(&pool, &command, &Clock::System, &mut Vec::new()).await
+            webhookd::cli::sweep::sweep(&pool, &command, &[], &Clock::System, &mut Vec::new()).await
         })
     };
     until_blocked_on_a_lock(&app.pool).await;
@@ -429,7 +430,7 @@ async fn imported_events_are_never_applied_and_their_redelivery_is_a_duplicate(p
         paypal: crate::sweep::paypal::unset(),
     };
     let mut out = Vec::new();
-    webhookd::cli::sweep::import(&app.pool, &import(true), &Clock::System, &mut out)
+    webhookd::cli::sweep::import(&app.pool, &import(true), &[], &Clock::System, &mut out)
         .await
         .unwrap();
     let dry: Value = serde_json::from_slice(&out).unwrap();
@@ -440,7 +441,7 @@ async fn imported_events_are_never_applied_and_their_redelivery_is_a_duplicate(p
     app.assert_nothing_written().await;
 
     let mut out = Vec::new();
-    webhookd::cli::sweep::import(&app.pool, &import(false), &Clock::System, &mut out)
+    webhookd::cli::sweep::import(&app.pool, &import(false), &[], &Clock::System, &mut out)
         .await
         .unwrap();
     let done: Value = serde_json::from_slice(&out).unwrap();
@@ -482,7 +483,7 @@ async fn imported_events_are_never_applied_and_their_redelivery_is_a_duplicate(p
     };
     for expected in [json!(3), json!(0)] {
         let mut out = Vec::new();
-        webhookd::cli::sweep::import(&app.pool, &from_file, &Clock::System, &mut out)
+        webhookd::cli::sweep::import(&app.pool, &from_file, &[], &Clock::System, &mut out)
             .await
             .unwrap();
         let line: Value = serde_json::from_slice(&out).unwrap();

@@ -121,13 +121,8 @@ pub(super) fn flows(variant: Variant) -> impl Strategy<Value = Vec<Flow>> {
                     _ => customer,
                 };
                 let refunded = match kind {
-                    Kind::Paid { .. } | Kind::Delayed { .. } => refunds,
-                    // Not yet of an invoice's intent: such a refund waits
-                    // for ever (the ignored test in `effects::checkout`,
-                    // a_refund_of_an_intent_that_paid_an_invoice_does_not_wait_for_ever).
-                    // The expectation already says it must not: adding
-                    // `Kind::Subscription` above is the whole change.
-                    //
+                    // An invoice's intent's refunds move no wallet.
+                    Kind::Paid { .. } | Kind::Delayed { .. } | Kind::Subscription { .. } => refunds,
                     // Of a payment never made: a stray refund, sometimes.
                     Kind::Failed if stray => vec![1],
                     _ => Vec::new(),

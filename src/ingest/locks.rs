@@ -1,0 +1,98 @@
+//! The locks of a transaction, in the order every transaction takes them,
+//! so none can deadlock with another: the event claims sorted by
+//! `(provider, event_id)`; then the effects' keys ([`effects::Plan`]) and
+//! the wallets, each class sorted by hash. Effects run with all of them
+//! held. An event released by another ([`super::release`]) takes its own
+//! the same way, after those of the event that released it.
+
+use sqlx::PgConnection;
+
+use crate::effects::{Decoded, KEY_LOCK_CLASS};
+use crate::events::{self, Claim, Lock};
+use crate::{ledger, owners};
+
+/// Claims `claims` (none: a replay) and takes the locks of `units` (the
+/// claims' events, or the replayed one): of the claimed events only, when
+/// claiming. Returns the indexes of the claimed ones. The wallets are
+/// locked in the same statement when every one is known up front; a
+/// refund's wallet is its credit's, found once the credit's key is held, so
+/// a transaction with a refund locks all its wallets in a second statement
+/// (never some in each: the wallet class is taken in one sorted sweep).
+pub(super) async fn claim_and_lock(
+    conn: &mut PgConnection,
+    claims: &[Claim<'_>],
+    units: &[&Decoded],
+) -> Result<Vec<usize>, sqlx::Error> {
+    let claiming = !claims.is_empty();
+    let debits = units.iter().any(|unit| {
+        let plan = unit.plan();
+        plan.debits.is_some() || plan.finds_owner.is_some()
+    });
+    let owner = |i: usize| claiming.then_some(i);
+    let locks = locks(units, owner, !debits);
+    let claimed = events::claim_and_lock(conn, claims, &locks).await?;
+    if debits {
+        let locked: Vec<&Decoded> = if claiming {
+            claimed.iter().map(|&i| units[i]).collect()
+        } else {
+            units.to_vec()
+        };
+        lock_wallets(conn, &locked).await?;
+    }
+    Ok(claimed)
+}
+
+/// The key locks of `units` (and their wallets' when `with_wallets`), each
+/// owned by `owner(index)`.
+fn locks(
+    units: &[&Decoded],
+    owner: impl Fn(usize) -> Option<usize>,
+    with_wallets: bool,
+) -> Vec<Lock> {
+    let mut locks = Vec::new();
+    for (i, unit) in units.iter().enumerate() {
+        let plan = unit.plan();
+        locks.extend(plan.keys.iter().map(|key| Lock {
+            owner: owner(i),
+            class: KEY_LOCK_CLASS,
+            key: key.clone(),
+        }));
+        if with_wallets {
+            locks.extend(plan.wallets.iter().map(|(user_id, currency)| Lock {
+                owner: owner(i),
+                class: ledger::WALLET_LOCK_CLASS,
+                key: ledger::wallet_key(user_id, currency),
+            }));
+        }
+    }
+    locks
+}
+
+/// Locks every wallet `units` credit or debit, in one sorted sweep: a
+/// learned owner's is found first, with its key held.
+async fn lock_wallets(conn: &mut PgConnection, units: &[&Decoded]) -> Result<(), sqlx::Error> {
+    let mut found = Vec::new();
+    for unit in units {
+        if let Some((candidates, currency)) = &unit.plan().finds_owner
+            && let Some(owner) = owners::resolve(conn, unit.event().provider(), candidates).await?
+        {
+            found.push((owner, currency.as_str()));
+        }
+    }
+    let wallets: Vec<(&str, &str)> = units
+        .iter()
+        .flat_map(|unit| {
+            let wallets = &unit.plan().wallets;
+            wallets.iter().map(|(u, c)| (u.as_str(), c.as_str()))
+        })
+        .chain(found.iter().map(|(u, c)| (u.as_str(), *c)))
+        .collect();
+    let debited: Vec<(&str, &str)> = units
+        .iter()
+        .filter_map(|unit| Some((unit.event().provider(), unit.plan().debits.as_deref()?)))
+        .collect();
+    if wallets.is_empty() && debited.is_empty() {
+        return Ok(());
+    }
+    ledger::lock_wallets(conn, &wallets, &debited).await
+}
