@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use clap::ValueEnum;
 
 use super::SIMULATOR_WEBHOOK_ID;
-use crate::owners::Rule;
+use crate::owners::{Place, Rule};
 use crate::secrets::{Secrets, parse_secrets};
 
 /// A source: one endpoint, `POST /webhooks/<name>`.
@@ -160,6 +160,28 @@ impl Setting {
             Setting::Connect => "_CONNECT",
         }
     }
+}
+
+/// Why `rule` cannot be a rule of a `scheme` source, if it cannot: it
+/// names a place that scheme's events never carry (a rule that would
+/// silently read nothing there).
+fn unread_place(scheme: SourceScheme, rule: &Rule) -> Option<String> {
+    let (name, reads): (&str, fn(&Place) -> bool) = match scheme {
+        SourceScheme::Stripe => ("Stripe", |place| !matches!(place, Place::CustomId)),
+        SourceScheme::Razorpay => ("Razorpay", |place| matches!(place, Place::Metadata(_))),
+        SourceScheme::Paypal => ("PayPal", |place| matches!(place, Place::CustomId)),
+        _ => return None,
+    };
+    let unread = rule.places().iter().find(|place| !reads(place))?;
+    let carries = match scheme {
+        SourceScheme::Razorpay => "metadata.<key> (its notes)",
+        SourceScheme::Paypal => "custom_id",
+        _ => "metadata.<key>, client_reference_id or customer",
+    };
+    Some(format!(
+        "names {}, which {name} events do not carry; a {name} rule reads {carries}",
+        unread.kind()
+    ))
 }
 
 const PREFIX: &str = "WEBHOOKD_SOURCE_";
@@ -323,7 +345,10 @@ fn source(upper: &str, given: &Given) -> Result<Option<SourceSettings>, Vec<Stri
                 "a generic source moves no money, so it has no owner rule",
             )),
             Setting::Owner => match text.parse::<Rule>() {
-                Ok(rule) => settings.owner = Some(rule),
+                Ok(rule) => match unread_place(scheme, &rule) {
+                    Some(why) => problems.push(refused(&why)),
+                    None => settings.owner = Some(rule),
+                },
                 Err(why) => problems.push(refused(&why.to_string())),
             },
             Setting::InvoiceCredits | Setting::Livemode | Setting::Connect

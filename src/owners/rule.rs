@@ -130,12 +130,22 @@ impl fmt::Display for Rule {
             }
             match place {
                 Place::Metadata(key) => write!(f, "metadata.{key}")?,
-                Place::ClientReferenceId => f.write_str("client_reference_id")?,
-                Place::CustomId => f.write_str("custom_id")?,
-                Place::Customer => f.write_str("customer")?,
+                other => f.write_str(other.kind())?,
             }
         }
         Ok(())
+    }
+}
+
+impl Place {
+    /// The place's kind as a rule spells it, without a metadata key.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Place::Metadata(_) => "metadata",
+            Place::ClientReferenceId => "client_reference_id",
+            Place::CustomId => "custom_id",
+            Place::Customer => "customer",
+        }
     }
 }
 

@@ -404,6 +404,18 @@ fn a_source_configured_badly_is_refused_naming_the_variable_never_its_value() {
             "WEBHOOKD_SOURCE_STRIPE_OWNER",
         ),
         (
+            vec![("WEBHOOKD_SOURCE_PAYPAL_OWNER", "metadata.user_id")],
+            "WEBHOOKD_SOURCE_PAYPAL_OWNER",
+        ),
+        (
+            vec![("WEBHOOKD_SOURCE_RAZORPAY_OWNER", "metadata.user_id,customer")],
+            "WEBHOOKD_SOURCE_RAZORPAY_OWNER",
+        ),
+        (
+            vec![("WEBHOOKD_SOURCE_STRIPE_OWNER", "custom_id")],
+            "WEBHOOKD_SOURCE_STRIPE_OWNER",
+        ),
+        (
             vec![("WEBHOOKD_SOURCE_STRIPE_SCHEME", "razorpay")],
             "WEBHOOKD_SOURCE_STRIPE_SCHEME",
         ),
