@@ -408,7 +408,10 @@ fn a_source_configured_badly_is_refused_naming_the_variable_never_its_value() {
             "WEBHOOKD_SOURCE_PAYPAL_OWNER",
         ),
         (
-            vec![("WEBHOOKD_SOURCE_RAZORPAY_OWNER", "metadata.user_id,customer")],
+            vec![(
+                "WEBHOOKD_SOURCE_RAZORPAY_OWNER",
+                "metadata.user_id,customer",
+            )],
             "WEBHOOKD_SOURCE_RAZORPAY_OWNER",
         ),
         (
