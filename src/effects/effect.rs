@@ -130,6 +130,25 @@ impl Owed {
     }
 }
 
+/// A succeeded payment as the default owner rule reads it, for an audit
+/// against the provider's own list: what it owes, its owner's candidates
+/// (named on it, or learned for it or its customer), and the invoice it
+/// pays when the payment names one (never a wallet credit then).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owing {
+    pub owed: Owed,
+    pub candidates: Vec<crate::owners::Candidate>,
+    pub invoice: Option<String>,
+}
+
+impl Owing {
+    /// The credit of the owner named on the payment, if its first
+    /// candidate names one.
+    pub fn named(&self) -> Option<PlainCredit> {
+        super::owner::first_named(&self.candidates).map(|owner| self.owed.to(owner.to_owned()))
+    }
+}
+
 /// A Stripe Checkout Session event, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckoutSession {

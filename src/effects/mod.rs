@@ -32,8 +32,8 @@ use crate::providers::{Event, Kind};
 
 pub use credits::apply_credits;
 pub use effect::{
-    Applied, CheckoutSession, Effect, Error, Owed, OwnRefund, PaymentRecord, PlainCredit, Reason,
-    RefundRow, StripeCharge, StripeInvoice,
+    Applied, CheckoutSession, Effect, Error, Owed, Owing, OwnRefund, PaymentRecord, PlainCredit,
+    Reason, RefundRow, StripeCharge, StripeInvoice,
 };
 
 /// An event with what it does and the locks it needs, decoded once

@@ -18,7 +18,7 @@
 
 use serde_json::{Value, json};
 
-use super::effect::{Effect, Owed, OwnRefund, PaymentRecord, PlainCredit, Reason, RefundRow};
+use super::effect::{Effect, Owed, Owing, OwnRefund, PaymentRecord, Reason, RefundRow};
 use super::fields::{currency_at, loose_ident_at, refund_status, required_ident, unix_at};
 use super::owner::{Clues, candidates, first_named};
 use crate::owners::{Candidate, Rule};
@@ -72,13 +72,16 @@ fn capture(payload: &Value, rule: &Rule) -> Result<Effect, Reason> {
     })
 }
 
-/// The credit a captured payment entity gives the owner its notes name by
-/// the default rule, as `payment.captured` applies it: what an audit
-/// against Razorpay's own list expects in the ledger. `Ok(None)`: its owner
-/// is not in its notes.
-pub fn payment_credit(entity: &Value) -> Result<Option<PlainCredit>, Reason> {
-    let (_, owed, found) = captured_entity(entity, Rule::metadata_default())?;
-    Ok(first_named(&found).map(|owner| owed.to(owner.to_owned())))
+/// A captured payment entity as `payment.captured` reads it by the
+/// default rule: what an audit against Razorpay's own list expects in the
+/// ledger (the owner in its notes, else learned from its order's).
+pub fn payment_owing(entity: &Value) -> Result<Owing, Reason> {
+    let (_, owed, candidates) = captured_entity(entity, Rule::metadata_default())?;
+    Ok(Owing {
+        owed,
+        candidates,
+        invoice: None,
+    })
 }
 
 fn captured_entity(

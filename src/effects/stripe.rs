@@ -22,7 +22,7 @@
 use serde_json::{Value, json};
 
 use super::effect::{
-    CheckoutSession, Effect, Owed, PaymentRecord, PlainCredit, Reason, StripeCharge, StripeInvoice,
+    CheckoutSession, Effect, Owed, Owing, PaymentRecord, Reason, StripeCharge, StripeInvoice,
 };
 use super::fields::{
     currency_at, id_at, loose_id_at, loose_ident_at, refund_status, required_ident, str_at, unix_at,
@@ -72,15 +72,20 @@ const fn types<const N: usize>(decoders: [(&'static str, Decoder); N]) -> [&'sta
     types
 }
 
-/// The credit a succeeded PaymentIntent object gives the owner written on
-/// it by the default rule, as `payment_intent.succeeded` applies it: what
-/// an audit against Stripe's own list expects in the ledger. `Ok(None)`:
-/// its owner is not written on it (a Checkout payment's is learned).
-pub fn payment_intent_credit(intent: &Value) -> Result<Option<PlainCredit>, Reason> {
+/// A succeeded PaymentIntent object as `payment_intent.succeeded` reads
+/// it by the default rule: what an audit against Stripe's own list expects
+/// in the ledger (a Checkout payment's owner is learned, not written on it;
+/// an older API's intent names the invoice it pays).
+pub fn payment_intent_owing(intent: &Value) -> Result<Owing, Reason> {
     let owed = intent_owed(intent)?;
     let rule = Rule::stripe_default();
-    let found = candidates(rule, intent, intent_clues(&owed))?;
-    Ok(first_named(&found).map(|owner| owed.to(owner.to_owned())))
+    let candidates = candidates(rule, intent, intent_clues(&owed))?;
+    let invoice = loose_id_at(intent, "/invoice").map(str::to_owned);
+    Ok(Owing {
+        owed,
+        candidates,
+        invoice,
+    })
 }
 
 /// What `event` does.
@@ -406,7 +411,7 @@ mod tests {
     fn a_payment_intent_prefers_amount_received() {
         let object = json!({"id": "pi_1", "amount": 500, "amount_received": 400,
                             "currency": "usd", "metadata": {"user_id": "u1"}});
-        let intent = payment_intent_credit(&object).unwrap().unwrap();
+        let intent = payment_intent_owing(&object).unwrap().named().unwrap();
         assert_eq!(
             (intent.amount_minor, intent.currency.as_str()),
             (400, "USD")
@@ -414,8 +419,9 @@ mod tests {
         let object =
             json!({"id": "pi_1", "amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}});
         assert_eq!(
-            payment_intent_credit(&object)
+            payment_intent_owing(&object)
                 .unwrap()
+                .named()
                 .unwrap()
                 .amount_minor,
             500
@@ -423,8 +429,9 @@ mod tests {
         let object = json!({"id": "pi_1", "amount": 500, "amount_received": null,
                             "currency": "usd", "metadata": {"user_id": "u1"}});
         assert_eq!(
-            payment_intent_credit(&object)
+            payment_intent_owing(&object)
                 .unwrap()
+                .named()
                 .unwrap()
                 .amount_minor,
             500
@@ -443,7 +450,7 @@ mod tests {
             json!({"amount": 500, "currency": "usd", "metadata": {"user_id": "u1"}}),
             json!("not an object"),
         ] {
-            assert!(payment_intent_credit(&object).is_err(), "{object}");
+            assert!(payment_intent_owing(&object).is_err(), "{object}");
         }
     }
 }

@@ -1,10 +1,13 @@
 //! `webhookd reconcile --against stripe|razorpay`: the provider's succeeded
-//! payments of a window (Stripe: payment intents with `metadata.user_id`;
-//! Razorpay: captured payments with `notes.user_id`) and their refunds,
-//! compared payment by payment, and per `(user, currency)`, with the
-//! ledger's entries of that provider.
+//! payments of a window and their refunds, compared payment by payment,
+//! and per `(user, currency)`, with the ledger's entries of that provider.
+//! A payment's owner is read by the default rule (Stripe: `metadata.user_id`,
+//! else the owner a Checkout Session taught for it; Razorpay: `notes.user_id`,
+//! else its order's), its learned owners as webhookd learned them; a
+//! payment that pays an invoice is the invoice's, never a wallet's.
 //!
-//! - **missing**: the provider took the money, the ledger has no credit;
+//! - **missing**: the provider took the money, the ledger has no credit
+//!   (one whose owner no event ever named is waiting for it: `no owner`);
 //! - **mismatched**: credited to another user, currency or amount, or
 //!   refunded by another amount than the provider says;
 //! - **extra**: a credit made in the window whose payment the provider does
@@ -18,9 +21,10 @@ use serde_json::value::RawValue;
 use sqlx::PgPool;
 
 use super::api::{Api, ApiFailure};
-use crate::effects::{self, PlainCredit};
+use crate::effects::{self, Owing};
 use crate::ledger::{self, Credited};
 use crate::providers::is_identifier;
+use crate::{invoices, owners};
 
 /// A payment as the provider reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,10 +69,8 @@ struct Audited {
     /// The payments' list, and the path a payment's own status is read at.
     payments: &'static str,
     paid: &'static [&'static str],
-    /// The credit webhookd gives a paid payment (the effects' own reading);
-    /// `None` when its owner is learned rather than written on it (a
-    /// Checkout payment's), which this audit does not follow.
-    credit: fn(&Value) -> Result<Option<PlainCredit>, effects::Reason>,
+    /// How webhookd reads a paid payment (the effects' own reading).
+    owing: fn(&Value) -> Result<Owing, effects::Reason>,
     /// Where a refund names its payment, and the statuses that debit it.
     refund_parent: &'static str,
     refunded: &'static [&'static str],
@@ -83,7 +85,7 @@ pub async fn stripe(api: &mut Api, pool: &PgPool, window: (i64, i64)) -> anyhow:
         provider: crate::providers::stripe::PROVIDER,
         payments: "/v1/payment_intents",
         paid: &["succeeded"],
-        credit: effects::stripe::payment_intent_credit,
+        owing: effects::stripe::payment_intent_owing,
         refund_parent: "/payment_intent",
         // A charge's amount_refunded, which the ledger debits, counts
         // pending refunds too.
@@ -100,7 +102,7 @@ pub async fn razorpay(api: &mut Api, pool: &PgPool, window: (i64, i64)) -> anyho
         provider: crate::providers::razorpay::PROVIDER,
         payments: "/v1/payments",
         paid: &["captured", "refunded"],
-        credit: effects::razorpay::payment_credit,
+        owing: effects::razorpay::payment_owing,
         refund_parent: "/payment_id",
         refunded: &["processed"],
         succeeded: "captured",
@@ -119,14 +121,15 @@ async fn audit(
         .list
         .all(api, audited.payments, since, until)
         .await?;
-    let mut paid: Vec<Paid> = payments
+    let owing: Vec<Owing> = payments
         .iter()
         .filter(|p| {
             let status = p.get("status").and_then(Value::as_str);
             status.is_some_and(|status| audited.paid.contains(&status))
         })
-        .filter_map(|p| paid((audited.credit)(p)))
+        .filter_map(|p| (audited.owing)(p).ok())
         .collect();
+    let mut paid = owed_to_wallets(pool, audited.provider, owing).await?;
     let refunds = audited.list.all(api, "/v1/refunds", since, until).await?;
     add_refunds(&mut paid, refunds, audited.refund_parent, audited.refunded);
     compare(
@@ -164,19 +167,47 @@ impl Listing {
     }
 }
 
-/// A succeeded payment as webhookd credits it (the effects' own reading,
-/// so the audit never restates the rule); `None` for anything webhookd
-/// would not credit.
-fn paid(credit: Result<Option<PlainCredit>, effects::Reason>) -> Option<Paid> {
-    let credit = credit.ok()??;
-    Some(Paid {
-        id: credit.source_ref,
-        user_id: credit.user_id,
-        currency: credit.currency,
-        amount_minor: credit.amount_minor,
-        refunded_minor: 0,
-    })
+/// The succeeded payments `owing` as webhookd credits them (the effects'
+/// own reading, so the audit never restates the rule): to the owner named
+/// on each, else to the one learned for it (`owners::resolve`), else to
+/// nobody yet ([`NO_OWNER`]: a credit that waits). A payment that pays an
+/// invoice is left out: it is never a wallet's.
+async fn owed_to_wallets(
+    pool: &PgPool,
+    provider: &str,
+    owing: Vec<Owing>,
+) -> Result<Vec<Paid>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    let mut paid = Vec::with_capacity(owing.len());
+    for payment in owing {
+        let credit = match payment.named() {
+            Some(credit) => credit,
+            None => {
+                let id = &payment.owed.source_ref;
+                if payment.invoice.is_some()
+                    || invoices::paid_by(&mut conn, provider, id).await?.is_some()
+                {
+                    continue;
+                }
+                let learned = owners::resolve(&mut conn, provider, &payment.candidates).await?;
+                payment
+                    .owed
+                    .to(learned.unwrap_or_else(|| NO_OWNER.to_owned()))
+            }
+        };
+        paid.push(Paid {
+            id: credit.source_ref,
+            user_id: credit.user_id,
+            currency: credit.currency,
+            amount_minor: credit.amount_minor,
+            refunded_minor: 0,
+        });
+    }
+    Ok(paid)
 }
+
+/// The owner of a paid payment no event has named one for (it waits).
+const NO_OWNER: &str = "(no owner)";
 
 /// Adds each `status` refund's amount to the payment it names at `parent`.
 fn add_refunds(paid: &mut [Paid], refunds: Vec<Value>, parent: &str, statuses: &[&str]) {

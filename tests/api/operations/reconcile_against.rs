@@ -9,6 +9,7 @@ use webhookd::cli::sweep::{RazorpaySweepArgs, SweepCommand};
 use webhookd::clock::Clock;
 use webhookd::config::{RazorpayApiArgs, StripeApiArgs};
 
+use crate::effects::checkout::objects::Session;
 use crate::fakes::razorpay::{FakeRazorpay, payment, refund};
 use crate::fakes::stripe::FakeStripe;
 use crate::helpers::{RAZORPAY_SECRETS, TestApp, now, payment_intent_succeeded, spawn_app};
@@ -68,9 +69,20 @@ async fn the_ledger_is_compared_with_stripes_payments_and_every_difference_repor
         intent("pi_refunded", Some("user_2"), 800, "succeeded", t + 2),
         intent("pi_no_owner", None, 400, "succeeded", t + 3),
         intent("pi_ghost", Some("user_3"), 900, "canceled", t + 4),
+        // Paid through Checkout: its owner is the session's, learned.
+        intent("pi_cs_ok", None, 1200, "succeeded", t + 6),
+        // An older API's intent of an invoice: the invoice's, no wallet's.
+        {
+            let mut paying = intent("pi_invoice", None, 700, "succeeded", t + 7);
+            paying["invoice"] = "in_audit".into();
+            paying
+        },
     ] {
         fake.add_payment_intent(intent);
     }
+    let session = Session::paid("cs_audit", "pi_cs_ok", "user_cs", 1200);
+    app.deliver(&session.completed("evt_cs_audit"), "processed")
+        .await;
     // Stripe refunded 300 of pi_refunded; that refund was never delivered.
     fake.add_refund(json!({ "id": "re_1", "object": "refund", "amount": 300, "currency": "usd",
                             "payment_intent": "pi_refunded", "status": "succeeded", "created": t + 5 }));
@@ -96,13 +108,22 @@ async fn the_ledger_is_compared_with_stripes_payments_and_every_difference_repor
             &report["mismatched"],
             &report["extra"]
         ),
-        (&json!(3), &json!(1), &json!(1), &json!(1), &json!(1)),
+        (&json!(5), &json!(2), &json!(2), &json!(1), &json!(1)),
         "{report}"
     );
-    assert_eq!(report["users_mismatched"], 2, "{findings:?}");
+    assert_eq!(report["users_mismatched"], 3, "{findings:?}");
     let has = |prefix: &str| findings.iter().any(|f| f.starts_with(prefix));
     assert!(
         has("MISSING stripe pi_missing: 500 USD to user_1"),
+        "{findings:?}"
+    );
+    assert!(
+        has("MISSING stripe pi_no_owner: 400 USD to (no owner) succeeded"),
+        "money taken that no event names an owner for: {findings:?}"
+    );
+    assert!(!has("MISSING stripe pi_cs_ok"), "{findings:?}");
+    assert!(
+        !findings.iter().any(|f| f.contains("pi_invoice")),
         "{findings:?}"
     );
     assert!(has("MISMATCH stripe pi_refunded:"), "{findings:?}");
