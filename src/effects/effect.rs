@@ -145,7 +145,7 @@ impl Owing {
     /// The credit of the owner named on the payment, if its first
     /// candidate names one.
     pub fn named(&self) -> Option<PlainCredit> {
-        super::owner::first_named(&self.candidates).map(|owner| self.owed.to(owner.to_owned()))
+        crate::owners::first_named(&self.candidates).map(|owner| self.owed.to(owner.to_owned()))
     }
 }
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::effect::Reason;
 use super::fields::{loose_ident_at, owner_at};
+pub(super) use crate::owners::first_named;
 use crate::owners::{Candidate, Place, Rule};
 
 /// Where an object keeps what its owner rule reads.
@@ -70,12 +71,4 @@ pub(super) fn named(rule: &Rule, object: &Value, metadata: &str) -> Option<Strin
     rule.metadata_keys()
         .find_map(|key| loose_ident_at(object, &format!("{metadata}/{key}")))
         .map(str::to_owned)
-}
-
-/// The owner `candidates` name outright, when the first one does.
-pub(super) fn first_named(candidates: &[Candidate]) -> Option<&str> {
-    match candidates.first() {
-        Some(Candidate::Named(owner)) => Some(owner),
-        _ => None,
-    }
 }

@@ -43,6 +43,14 @@ pub enum Candidate {
     Customer(String),
 }
 
+/// The owner `candidates` name outright, when the first one does.
+pub fn first_named(candidates: &[Candidate]) -> Option<&str> {
+    match candidates.first() {
+        Some(Candidate::Named(owner)) => Some(owner),
+        _ => None,
+    }
+}
+
 impl Candidate {
     /// The subject it looks up, if it is learned rather than named.
     pub fn learned(&self) -> Option<(Subject, &str)> {
