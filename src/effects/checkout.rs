@@ -68,6 +68,7 @@ async fn announce(
         topic: session.announces,
         provider: event.provider(),
         event_id: event.event_id(),
+        event_type: Some(event.event_type()),
         payload: &payload,
         ordering_key: None,
     };

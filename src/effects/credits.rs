@@ -200,11 +200,13 @@ async fn post_credits(
         .iter()
         .zip(&payloads)
         .zip(&wallets)
-        .filter_map(|((entry, payload), wallet)| {
+        .zip(credits)
+        .filter_map(|(((entry, payload), wallet), (event, _))| {
             Some(outbox::Message {
                 topic: "wallet.credited",
                 provider: entry.provider,
                 event_id: entry.event_id,
+                event_type: Some(event.event_type()),
                 payload: payload.as_ref()?,
                 ordering_key: Some(wallet),
             })
@@ -353,6 +355,7 @@ pub(super) async fn post_and_announce(
         topic,
         provider: event.provider(),
         event_id: event.event_id(),
+        event_type: Some(event.event_type()),
         payload: &payload,
         ordering_key: Some(&wallet),
     };

@@ -59,6 +59,7 @@ pub(super) async fn announce_paid(
         topic: "invoice.paid",
         provider,
         event_id: event.event_id(),
+        event_type: Some(event.event_type()),
         payload: &payload,
         ordering_key: None,
     };

@@ -41,6 +41,7 @@ pub(super) async fn record_charge(
         topic: "payment.receipt",
         provider,
         event_id: event.event_id(),
+        event_type: Some(event.event_type()),
         payload: &payload,
         ordering_key: Some(&payment),
     };

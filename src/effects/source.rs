@@ -16,6 +16,7 @@ pub(super) async fn forward(conn: &mut PgConnection, event: &Event) -> Result<Ap
         topic: &topic,
         provider: event.provider(),
         event_id: event.event_id(),
+        event_type: Some(event.event_type()),
         payload: event.object(),
         ordering_key: None,
     };

@@ -77,6 +77,7 @@ async fn upsert(
                 topic: "subscription.changed",
                 provider: event.provider(),
                 event_id: event.event_id(),
+                event_type: Some(event.event_type()),
                 payload: &payload,
                 ordering_key: Some(&key),
             };

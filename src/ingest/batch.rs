@@ -284,7 +284,7 @@ async fn group_commit(
             .filter(|&i| !jobs[i].gave_up.is_cancelled())
             .collect();
         let units: Vec<&Decoded> = live.iter().map(|&i| &jobs[i].unit).collect();
-        let prepared = engine::prepare(pool, &units, engine::BEGIN_BATCH).await?;
+        let prepared = engine::prepare(pool, &units, engine::BEGIN_BATCH, wake).await?;
         if live.iter().any(|&i| jobs[i].gave_up.is_cancelled()) {
             prepared.rollback().await?;
             continue;

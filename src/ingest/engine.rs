@@ -12,7 +12,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use super::{Error, locks, release};
 use crate::effects::{self, Applied, Decoded};
 use crate::events::{self, Claim, Outcome, Recorded};
-use crate::{db, ledger, outbox};
+use crate::{db, ledger, outbox, sinks};
 
 /// How a transaction of many events begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -40,8 +40,21 @@ pub enum Wake {
     #[default]
     Notify,
     /// The drainer lives in this process: woken directly after the commit,
-    /// without `pg_notify`.
+    /// without `pg_notify`; while it accepts them, the rows the transaction
+    /// writes are leased to it at insert and handed over in memory
+    /// ([`outbox::handoff`]).
     InProcess(outbox::Waker),
+}
+
+impl Wake {
+    /// The lease the transaction's outbox rows are written with, if they
+    /// are handed to this process's drainer.
+    fn lease_secs(&self) -> Option<f64> {
+        match self {
+            Wake::Notify => None,
+            Wake::InProcess(drainer) => drainer.lease_secs(),
+        }
+    }
 }
 
 /// A transaction whose statements are done, not yet committed: each
@@ -50,6 +63,9 @@ pub(super) struct Prepared {
     /// `None` when nothing was claimed (every event a duplicate).
     tx: Option<Transaction<'static, Postgres>>,
     outcomes: Vec<Outcome>,
+    /// The outbox rows it wrote leased to this process's drainer, handed
+    /// over once it committed.
+    handed: Vec<sinks::Message>,
 }
 
 impl Prepared {
@@ -64,7 +80,11 @@ impl Prepared {
         }
         tx.commit().await?;
         if let Wake::InProcess(drainer) = wake {
-            drainer.wake();
+            match wake.lease_secs() {
+                // Written leased to it (or nothing written): no lease to run.
+                Some(_) => drainer.hand(self.handed),
+                None => drainer.wake(),
+            }
         }
         Ok(self.outcomes)
     }
@@ -85,17 +105,31 @@ pub(super) async fn prepare(
     pool: &PgPool,
     units: &[&Decoded],
     begin: &'static str,
+    wake: &Wake,
 ) -> Result<Prepared, Error> {
+    let (prepared, handed) = outbox::leasing(wake.lease_secs(), apply(pool, units, begin)).await;
+    let mut prepared = prepared?;
+    prepared.handed = handed;
+    Ok(prepared)
+}
+
+/// [`prepare`], once its outbox rows' lease is decided.
+async fn apply(pool: &PgPool, units: &[&Decoded], begin: &'static str) -> Result<Prepared, Error> {
     let mut outcomes = vec![Outcome::Duplicate; units.len()];
+    let nothing = |outcomes| Prepared {
+        tx: None,
+        outcomes,
+        handed: Vec::new(),
+    };
     if units.is_empty() {
-        return Ok(Prepared { tx: None, outcomes });
+        return Ok(nothing(outcomes));
     }
     let claims: Vec<Claim<'_>> = units.iter().map(|unit| Claim::of(unit.event())).collect();
     let mut tx = db::begin_with(pool, begin).await?;
     let claimed = locks::claim_and_lock(&mut tx, &claims, units).await?;
     if claimed.is_empty() {
         tx.rollback().await?;
-        return Ok(Prepared { tx: None, outcomes });
+        return Ok(nothing(outcomes));
     }
     let claimed_units: Vec<&Decoded> = claimed.iter().map(|&i| units[i]).collect();
     let applied = apply_in_order(&mut tx, &claimed_units).await?;
@@ -120,6 +154,7 @@ pub(super) async fn prepare(
     Ok(Prepared {
         tx: Some(tx),
         outcomes,
+        handed: Vec::new(),
     })
 }
 

@@ -28,6 +28,7 @@ pub async fn announce_delivery_gap(
         topic: DELIVERY_GAP,
         provider,
         event_id: &event_id,
+        event_type: None,
         payload,
         ordering_key: None,
     };

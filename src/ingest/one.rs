@@ -20,7 +20,7 @@ use crate::providers::Event;
 /// failures stay errors (answered 503, retried).
 pub(super) async fn apply(pool: &PgPool, unit: &Decoded, wake: &Wake) -> Result<Receipt, Error> {
     let committed = async {
-        let prepared = engine::prepare(pool, &[unit], engine::BEGIN_ONE).await?;
+        let prepared = engine::prepare(pool, &[unit], engine::BEGIN_ONE, wake).await?;
         prepared.commit(wake).await
     };
     match committed.await {

@@ -60,6 +60,7 @@ async fn reject(conn: &mut sqlx::PgConnection, taken: &TakenWait) -> Result<(), 
         topic: "payment.unowned",
         provider: &stored.provider,
         event_id: &stored.event_id,
+        event_type: Some(&stored.event_type),
         payload: &payload,
         ordering_key: None,
     };

@@ -23,8 +23,8 @@ use sqlx::PgConnection;
 
 use super::{error, locks};
 use crate::effects::{self, Applied, Error};
-use crate::events;
 use crate::providers::{Event, Receiver};
+use crate::{events, outbox};
 
 /// Applies what `applied` (the result of `event`) releases, if anything,
 /// listing their ids in its `applied_deferred`.
@@ -112,6 +112,7 @@ async fn apply_isolated(
     unit: &effects::Decoded,
 ) -> Result<Applied, Error> {
     let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
+    let handed = outbox::handoff::mark();
     match effects::apply(&mut savepoint, unit).await {
         Ok(applied) => {
             savepoint.commit().await?;
@@ -120,6 +121,7 @@ async fn apply_isolated(
         Err(error) => match error.poison() {
             Some(poison) => {
                 savepoint.rollback().await?;
+                outbox::handoff::forget_since(handed);
                 let what = "a waiting event's data: recorded as rejected";
                 error::warn_refused(unit.event(), &poison, what);
                 Ok(Applied::refused(&poison))

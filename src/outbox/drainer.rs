@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::handoff::Waker;
 use super::retry::{self, Next, RetryPolicy};
 use super::store::{Attempt, Leased, Settled};
 use crate::clock::Clock;
@@ -79,18 +79,6 @@ pub struct Drained {
     /// Delivered or not, but the outcome could not be written; the lease
     /// expires and the row is tried again.
     pub unrecorded: usize,
-}
-
-/// Wakes a drainer of this process at once, e.g. after ingest committed
-/// outbox rows: cheaper and sooner than a notification through Postgres.
-/// Cheap to clone; a wake while the drainer is busy is kept for later.
-#[derive(Debug, Clone, Default)]
-pub struct Waker(pub(super) Arc<Notify>);
-
-impl Waker {
-    pub fn wake(&self) {
-        self.0.notify_one();
-    }
 }
 
 #[derive(Debug, Clone)]

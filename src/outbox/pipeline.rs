@@ -2,7 +2,9 @@
 //! queue, started as slots free up (at most `concurrency` in flight, each a
 //! task of its own), their outcomes gathered and recorded many to a
 //! statement. Leases and records run alongside the deliveries, so a slow row
-//! holds one slot and nothing else waits for it.
+//! holds one slot and nothing else waits for it. Running continuously, it
+//! also takes the rows this process's ingest leased to it at insert
+//! ([`super::handoff`]), within the same byte budget, without a lease.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -98,12 +100,24 @@ impl<'d> Pipeline<'d> {
     pub(super) async fn run(mut self, grace: Duration) -> Result<Drained, sqlx::Error> {
         let stopping = self.drainer.stopping.clone();
         let mut hard_stop = None;
+        let handed = self.mode == Mode::Continuous;
+        if handed {
+            let settings = &self.drainer.settings;
+            let lease = (!settings.ordered).then(|| settings.lease.as_secs_f64());
+            self.drainer.waker.accept(lease, settings.batch_bytes);
+        }
         loop {
             if stopping.is_cancelled() {
+                if hard_stop.is_none() {
+                    self.drainer.waker.accept(None, 0);
+                }
                 hard_stop.get_or_insert_with(|| deadline(grace));
+                self.take_handed(true);
                 while let Some(queued) = self.queue.pop_front() {
                     self.release(queued);
                 }
+            } else if handed {
+                self.take_handed(false);
             }
             self.start_deliveries();
             self.lease_if_wanted(stopping.is_cancelled());
@@ -112,7 +126,7 @@ impl<'d> Pipeline<'d> {
             if self.done(stopping.is_cancelled()) {
                 break;
             }
-            let wake = self.drainer.waker.0.notified();
+            let wake = self.drainer.waker.woken();
             let flush_at = self.recorder.flush_at();
             let lease_at = match self.gate {
                 Gate::Idle(at) | Gate::Backoff(at) => Some(at),
@@ -128,7 +142,11 @@ impl<'d> Pipeline<'d> {
                     self.due_again(due);
                 }
                 () = sleep_until(flush_at) => {}
-                () = wake, if matches!(self.gate, Gate::Idle(_)) => self.gate = Gate::Open,
+                () = wake => {
+                    if self.drainer.waker.lease_wanted() && matches!(self.gate, Gate::Idle(_)) {
+                        self.gate = Gate::Open;
+                    }
+                }
                 () = sleep_until(lease_at) => self.gate = Gate::Open,
                 () = stopping.cancelled(), if !stopping.is_cancelled() => {}
                 () = sleep_until(hard_stop) => break,
@@ -136,6 +154,53 @@ impl<'d> Pipeline<'d> {
         }
         self.stop().await;
         Ok(self.drained)
+    }
+
+    /// Queues the rows handed to this drainer, within the rows and bytes
+    /// left of its budget, and gives back what it cannot hold; with
+    /// `all`, gives back everything (stopping).
+    fn take_handed(&mut self, all: bool) {
+        let waker = &self.drainer.waker;
+        if !waker.has_handed() {
+            return;
+        }
+        let settings = &self.drainer.settings;
+        let held = self.queue.len() + self.deliveries.len();
+        let taken = if all {
+            waker.take(usize::MAX, u64::MAX, true)
+        } else {
+            let rows = usize::try_from(settings.batch).unwrap_or(usize::MAX);
+            let bytes = settings.batch_bytes.saturating_sub(self.held_bytes);
+            waker.take(rows.saturating_sub(held), bytes, held == 0)
+        };
+        let leased_at = self.drainer.clock.now();
+        let given_back = taken.given_back.into_iter().chain(
+            (all.then_some(taken.rows.iter()).into_iter().flatten())
+                .map(|message| (message.id, message.attempts)),
+        );
+        for (id, attempts) in given_back.collect::<Vec<_>>() {
+            self.recorder.push(Settled {
+                id,
+                attempts,
+                attempt: Attempt::Released,
+            });
+        }
+        if all {
+            return;
+        }
+        for message in taken.rows {
+            let bytes = message.payload.len() as u64;
+            self.drained.leased += 1;
+            self.queue.push_back(Queued {
+                leased: Leased {
+                    message,
+                    requeued_attempts: 0,
+                },
+                leased_at,
+                bytes,
+            });
+            self.hold(bytes);
+        }
     }
 
     /// Starts queued rows while slots are free; a row that could outlive
@@ -339,6 +404,8 @@ impl<'d> Pipeline<'d> {
     /// lease in progress is waited for and its rows given back; every
     /// outcome known is recorded.
     async fn stop(&mut self) {
+        self.drainer.waker.accept(None, 0);
+        self.take_handed(true);
         self.deliveries.abort_all();
         for (_, bytes) in std::mem::take(&mut self.in_flight) {
             self.free(bytes);

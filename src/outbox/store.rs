@@ -1,5 +1,6 @@
 //! All outbox SQL.
 
+use super::handoff;
 use crate::db::{self, Timestamp};
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
@@ -10,6 +11,8 @@ pub struct Message<'a> {
     pub topic: &'a str,
     pub provider: &'a str,
     pub event_id: &'a str,
+    /// The type of that event, for the delivery (`None`: no event's).
+    pub event_type: Option<&'a str>,
     pub payload: &'a Value,
     /// The rows delivered in enqueue order among themselves when ordered
     /// delivery is on (`WEBHOOKD_OUTBOX_ORDER=key`); `None`: the event's own
@@ -23,7 +26,9 @@ pub struct Message<'a> {
 /// index by event: [`browse::of_event`], `story::timeline`). `None` at an
 /// index: a row with its key exists already, or comes earlier in
 /// `messages`. Nothing is notified: the ingest transaction wakes the
-/// drainer once per commit ([`notify`]).
+/// drainer once per commit ([`notify`]). Inside [`handoff::leasing`] the
+/// rows are written leased to this process, their first attempt started,
+/// and kept for its drainer.
 pub async fn enqueue<'a>(
     conn: &mut PgConnection,
     messages: &[Message<'a>],
@@ -31,6 +36,7 @@ pub async fn enqueue<'a>(
     let column = |f: fn(&Message<'a>) -> &'a str| messages.iter().map(f).collect::<Vec<_>>();
     let payloads: Vec<Value> = messages.iter().map(|m| m.payload.clone()).collect();
     let keys: Vec<Option<&str>> = messages.iter().map(|m| m.ordering_key).collect();
+    let lease_secs = handoff::lease_secs();
     let rows = sqlx::query!(
         r#"
         with input as (
@@ -38,15 +44,24 @@ pub async fn enqueue<'a>(
                 with ordinality
                 as input (topic, provider, event_id, payload, ordering_key, position)
         ), written as (
-            insert into outbox (topic, dedupe_key, provider, event_id, payload, ordering_key)
+            insert into outbox
+                (topic, dedupe_key, provider, event_id, payload, ordering_key, attempts, locked_until)
             select topic, provider || ':' || event_id, provider, event_id, payload,
-                   coalesce(ordering_key, provider || ':' || event_id)
+                   coalesce(ordering_key, provider || ':' || event_id),
+                   case when $6::float8 is null then 0 else 1 end,
+                   now() + make_interval(secs => $6::float8)
             from input
             order by position
             on conflict do nothing
-            returning id, topic, provider, event_id
+            returning id, topic, provider, event_id, attempts,
+                      case when $6::float8 is not null then payload::text end as leased_payload,
+                      created_at
         )
-        select (min(input.position) - 1)::int as "index!", written.id as "id!"
+        select (min(input.position) - 1)::int as "index!", written.id as "id!",
+               min(written.attempts) as "attempts!",
+               min(written.leased_payload) as "leased_payload?",
+               to_char(min(written.created_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                   as "created_at!"
         from written join input using (topic, provider, event_id)
         group by written.id
         "#,
@@ -55,15 +70,32 @@ pub async fn enqueue<'a>(
         &column(|m| m.event_id) as &[&str],
         &payloads,
         &keys as &[Option<&str>],
+        lease_secs,
     )
     .fetch_all(conn)
     .await?;
     let mut ids = vec![None; messages.len()];
+    let mut leased = Vec::new();
     for row in rows {
-        if let Some(slot) = usize::try_from(row.index).ok().and_then(|i| ids.get_mut(i)) {
-            *slot = Some(row.id);
+        let Some(index) = usize::try_from(row.index).ok().filter(|&i| i < ids.len()) else {
+            continue;
+        };
+        ids[index] = Some(row.id);
+        if let Some(payload) = row.leased_payload {
+            let message = &messages[index];
+            leased.push(crate::sinks::Message {
+                id: row.id,
+                topic: message.topic.to_owned(),
+                provider: message.provider.to_owned(),
+                event_id: message.event_id.to_owned(),
+                event_type: message.event_type.map(str::to_owned),
+                payload,
+                attempts: row.attempts,
+                created_at: row.created_at,
+            });
         }
     }
+    handoff::keep(leased);
     Ok(ids)
 }
 

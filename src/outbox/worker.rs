@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::drainer::backoff;
 pub use super::drainer::{
-    DEFAULT_BATCH_BYTES, Drained, Drainer, DrainerSettings, DrainerStats, LEASE_MARGIN, Waker,
+    DEFAULT_BATCH_BYTES, Drained, Drainer, DrainerSettings, DrainerStats, LEASE_MARGIN,
 };
+pub use super::handoff::Waker;
 use super::pipeline::{Mode, Pipeline};
 
 impl Drainer {

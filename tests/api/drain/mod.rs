@@ -2,6 +2,7 @@
 //! memory and pipelining, and what the commands print of them.
 
 pub mod cli;
+pub mod handoff;
 pub mod memory;
 pub mod order;
 pub mod outbox;

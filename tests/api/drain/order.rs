@@ -41,6 +41,7 @@ async fn write_interleaved(pool: &PgPool) {
             topic: "wallet.credited",
             provider: "stripe",
             event_id: &ids[i],
+            event_type: None,
             payload: &payloads[i],
             ordering_key: Some(&keys[i]),
         })

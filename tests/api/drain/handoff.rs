@@ -1,0 +1,173 @@
+//! Rows this process writes, leased to its drainer at insert and handed
+//! over in memory: delivered without a lease statement, each once, with the
+//! body a lease would give; what the drainer cannot hold goes back to the
+//! table, due at once; a drainer that dies holding them leaves them to the
+//! next once their lease expires.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use webhookd::clock::Clock;
+use webhookd::ingest::Wake;
+use webhookd::outbox::{Drainer, DrainerSettings, Waker};
+use webhookd::providers::Event;
+
+use crate::drain::sink::{TestSink, settings, until_delivered};
+use crate::helpers::payment_intent_succeeded;
+
+/// `n` Stripe credits, one wallet each.
+fn credits(prefix: &str, n: usize) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            let (event_id, intent) = (format!("evt_{prefix}{i}"), format!("pi_{prefix}{i}"));
+            let body = payment_intent_succeeded(&event_id, &intent, &format!("user_{i}"), 100);
+            Event::from_stored(
+                "stripe",
+                &event_id,
+                "payment_intent.succeeded",
+                Bytes::from(body),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Runs `drainer` until the returned token is cancelled, once it takes
+/// handed rows.
+async fn running(drainer: Drainer) -> (Waker, CancellationToken, tokio::task::JoinHandle<()>) {
+    let waker = drainer.waker();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(drainer.run(shutdown.clone(), Duration::from_secs(5)));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while waker.lease_secs().is_none() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the drainer accepts handed rows");
+    (waker, shutdown, run)
+}
+
+/// Outbox rows `(attempts, locked_until is set, delivered)`, by id.
+async fn rows(pool: &PgPool) -> Vec<(i32, bool, bool)> {
+    sqlx::query_as(
+        "select attempts, locked_until is not null, delivered_at is not null from outbox order by id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn rows_written_in_this_process_are_delivered_without_a_lease(pool: PgPool) {
+    let sink = TestSink::start().await;
+    let drainer = sink
+        .drainer_with(
+            pool.clone(),
+            DrainerSettings {
+                // Only the handoff, not a poll, can deliver them soon.
+                poll: Duration::from_secs(3600),
+                ..settings(5)
+            },
+        )
+        // Nor a notification (a LISTEN that connects leases once, to catch up).
+        .listening_on(None);
+    let stats = drainer.stats().clone();
+    let (waker, shutdown, run) = running(drainer).await;
+    let leases = stats.lease_statements.load(Ordering::Relaxed);
+
+    let events = credits("h", 20);
+    for batch in events.chunks(5) {
+        let answers =
+            webhookd::ingest::batch::apply(&pool, batch, Wake::InProcess(waker.clone())).await;
+        assert!(answers.iter().all(Result::is_ok));
+    }
+    until_delivered(&pool, 20).await;
+    assert_eq!(
+        stats.lease_statements.load(Ordering::Relaxed),
+        leases,
+        "no lease statement for rows handed over"
+    );
+    assert!(
+        rows(&pool).await.iter().all(|&row| row == (1, false, true)),
+        "one attempt each, settled: {:?}",
+        rows(&pool).await
+    );
+    let received = sink.received();
+    assert_eq!(received.len(), 20, "each row once");
+    assert!(received.iter().all(|r| r.verified));
+    // The body a lease of the same row would give: the payload as Postgres
+    // writes it, and the event's type.
+    let (id, payload): (i64, String) =
+        sqlx::query_as("select id, payload::text from outbox order by id limit 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let first = received
+        .iter()
+        .find(|r| r.webhook_id == id.to_string())
+        .unwrap();
+    assert_eq!(first.body["event_type"], "payment_intent.succeeded");
+    assert_eq!(
+        first.body["data"],
+        serde_json::from_str::<serde_json::Value>(&payload).unwrap()
+    );
+    shutdown.cancel();
+    run.await.unwrap();
+}
+
+#[sqlx::test]
+async fn rows_beyond_the_byte_budget_go_back_to_the_table_due_at_once(pool: PgPool) {
+    let sink = TestSink::start().await;
+    let drainer = sink.drainer_with(
+        pool.clone(),
+        DrainerSettings {
+            // Room for one row at a time: the rest is given back.
+            batch_bytes: 1,
+            poll: Duration::from_secs(3600),
+            ..settings(5)
+        },
+    );
+    let (waker, shutdown, run) = running(drainer).await;
+    let events = credits("b", 12);
+    let answers = webhookd::ingest::batch::apply(&pool, &events, Wake::InProcess(waker)).await;
+    assert!(answers.iter().all(Result::is_ok));
+    until_delivered(&pool, 12).await;
+    let mut ids = sink.webhook_ids();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 12, "each row delivered");
+    let attempts: i64 = sqlx::query_scalar("select sum(attempts)::int8 from outbox")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 12, "a row given back did not spend its attempt");
+    shutdown.cancel();
+    run.await.unwrap();
+}
+
+#[sqlx::test]
+async fn handed_rows_of_a_drainer_that_died_are_delivered_once_their_lease_expires(pool: PgPool) {
+    let sink = TestSink::start().await;
+    let gate = sink.hold();
+    let drainer = sink.drainer_with(pool.clone(), settings(5));
+    let (waker, _shutdown, run) = running(drainer).await;
+    let events = credits("d", 3);
+    let answers = webhookd::ingest::batch::apply(&pool, &events, Wake::InProcess(waker)).await;
+    assert!(answers.iter().all(Result::is_ok));
+    // Its deliveries arrived and hang; the process dies.
+    sink.until_received(3).await;
+    run.abort();
+    let _ = run.await;
+    assert!(rows(&pool).await.iter().all(|&row| row == (1, true, false)));
+    gate.add_permits(1000);
+
+    // Another drainer, after the lease (30 s) has expired by its clock.
+    let later = Clock::Fixed(crate::helpers::now() + 31);
+    let next = sink.drainer(pool.clone(), later, 5);
+    assert_eq!(next.drain_once().await.unwrap().delivered, 3);
+    assert!(rows(&pool).await.iter().all(|&row| row == (2, false, true)));
+}
