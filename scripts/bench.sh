@@ -9,23 +9,32 @@
 #     binary runs them, from .sqlx/: scripts/own-statements.py);
 #   - webhookd (release build, API and outbox drainer in one process,
 #     delivering to a local HTTP sink) under `webhookd drill --users 1000`:
-#     unique Stripe credits/s at 8, 32 and 64 senders, the mix (`--mix`) at
-#     32, latency, and a duplicate storm (20 copies of each event) at 8;
+#     unique Stripe credits/s at 1, 8, 32 and 64 senders, the mix (`--mix`)
+#     at 32, latency, and a duplicate storm (20 copies of each event) at 8;
 #   - the drain after the 32-sender run: rows/s delivered from the end of
 #     the load until the outbox is empty, and how long that took;
 #   - the server's peak RSS (VmHWM), and every run's verification;
 #   - last, webhookd again behind PgBouncer in transaction mode
 #     (WEBHOOKD_DB_POOLER=transaction, a pool of as many server connections
 #     as webhookd's own pool): unique Stripe credits/s at 32 senders, and
-#     its ratio to the direct run at 32.
+#     its ratio to the direct run at 32;
+#   - the Node/Express handler (bench/peer-node): the hand-written Express
+#     handler webhookd is compared against (express.raw, the stripe
+#     package's constructEvent, a pg Pool, the seed transaction's
+#     statements on bench/seed-schema.sql), one Node process, driven by the
+#     same `webhookd drill --users 1000`: unique credits/s and latency at 1,
+#     8 and 32 senders, its books checked with psql after each point, and
+#     webhookd's ratio to it. Skipped, and said so, when npm is missing.
 # Exits 1 when any run's books do not add up.
 #
 #   scripts/bench.sh
 #
-# BENCH_SECONDS=N sets each point's length (default 12: twelve points, each
-# drill followed by a wait of at most 60 s for the outbox to empty, so a few
-# minutes after the build); WEBHOOKD_BIN=path uses that binary instead of
-# building a release one.
+# BENCH_SECONDS=N sets each point's length (default 12: sixteen points,
+# each of webhookd's drills followed by a wait of at most 60 s for the
+# outbox to empty, so a few minutes after the build); WEBHOOKD_BIN=path uses
+# that binary instead of building a release one. The Node handler needs
+# node and npm (`npm ci` installs its locked dependencies in
+# bench/peer-node/node_modules).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -33,6 +42,12 @@ cd "$(dirname "$0")/.."
 seconds=${BENCH_SECONDS:-12}
 [ "$seconds" -ge 1 ] 2>/dev/null || die "BENCH_SECONDS must be a whole number of seconds"
 command -v python3 >/dev/null || die "python3 is needed (the sink, and to read the drill's JSON)"
+# The Node/Express handler: measured when npm (and node) are here.
+peer=yes
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    log "npm (or node) is not installed: the Node/Express handler (bench/peer-node) is NOT measured; its rows are skipped (install Node.js 20 and npm to measure it)"
+    peer=
+fi
 
 bench_setup webhookd_bench max_connections=200 shared_buffers=256MB
 [ -x "$PG_BINDIR/pgbench" ] || die "pgbench not found in $PG_BINDIR (Debian: apt-get install postgresql)"
@@ -94,7 +109,8 @@ http.server.ThreadingHTTPServer.allow_reuse_address = True
 http.server.ThreadingHTTPServer.daemon_threads = True
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
 PY
-BENCH_PIDS=$!
+sink_pid=$!
+BENCH_PIDS=$sink_pid
 sink_count() { python3 -c 'import sys,urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())' "http://127.0.0.1:$sink_port/"; }
 for _ in $(seq 1 100); do
     if sink_count >/dev/null 2>&1; then break; fi
@@ -142,7 +158,7 @@ run_of() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])["run"])' "
 
 # Each point starts on an empty outbox; the drain after 32 senders is measured.
 declare -A credits
-for clients in 8 32 64; do
+for clients in 1 8 32 64; do
     log "drill: unique Stripe credits, $clients senders, ${seconds}s"
     credits[$clients]=$(drill --concurrency "$clients")
     drained=$(drain "$(run_of "${credits[$clients]}")")
@@ -181,21 +197,117 @@ outbox_rows=$(at "select count(*) from outbox")
 dead_rows=$(at "select count(*) from outbox where dead_at is not null")
 undelivered=$(at "select count(*) from outbox where delivered_at is null")
 deliveries=$(sink_count)
+kill "$WEBHOOKD_PID"; wait "$WEBHOOKD_PID" 2>/dev/null || true
+WEBHOOKD_PID=
+
+# 4. The Node/Express handler (bench/peer-node), with webhookd stopped: on
+# the seed schema in a scratch database of its own (nothing drains its
+# outbox, where webhookd's drainer delivered to the sink while it ran),
+# with a pg pool as large as webhookd's (WEBHOOKD_DB_MAX_CONNECTIONS of
+# start_webhookd), served on the path the drill posts Stripe events to
+# (/webhooks/stripe). Before each point its tables are emptied and the
+# run's 1,000 wallets inserted: the handler credits only a wallet that
+# exists, and the drill names its wallets drill_RUN_0 .. drill_RUN_999, so
+# the point's run id is chosen here (`--run-id`). The drill runs without
+# DATABASE_URL: its verification reads webhookd's tables, and without them
+# it counts an event applied only when the answer's `outcome` says
+# `processed`, webhookd's answer (the handler answers {"received": true}),
+# so its own verdict is ignored here. The books are checked with psql
+# instead: one processed_events row per unique event the drill sent
+# (exactly the run's events 0 .. N-1), one outbox row per event with its
+# amount, the wallets' total equal to the amounts sent (event n's is
+# 100 + n % 100 cents, src/cli/drill/plan.rs) and each wallet's balance
+# equal to its outbox rows; and no request given up.
+peer_pool=${WEBHOOKD_DB_MAX_CONNECTIONS:-64}
+declare -A peer_runs peer_books
+peer_versions=
+if [ -n "$peer" ]; then
+    log "npm ci in bench/peer-node (the Node/Express handler's locked dependencies)"
+    (cd bench/peer-node && npm ci --no-audit --no-fund --loglevel=error >&2) \
+        || die "npm ci failed in bench/peer-node"
+    peer_versions="node $(node --version), $(cd bench/peer-node && node -p '["express", "pg", "stripe"].map(p => p + " " + require("./node_modules/" + p + "/package.json").version).join(", ")')"
+    BENCH_EXTRA_DBS=webhookd_bench_peer
+    peer_url=$(bench_database webhookd_bench_peer)
+    "${psql[@]}" -d "$peer_url" -f bench/seed-schema.sql
+    peer_port=$(free_port 18280)
+    PORT=$peer_port HOST=127.0.0.1 DATABASE_URL=$peer_url STRIPE_WEBHOOK_SECRET=$secret \
+        WEBHOOK_PATH=/webhooks/stripe PG_POOL_SIZE=$peer_pool \
+        node bench/peer-node/server.js > "$scratch/peer.log" 2>&1 &
+    peer_pid=$!
+    BENCH_PIDS="$sink_pid $peer_pid" # bench_cleanup SIGTERMs it on error
+    for _ in $(seq 1 100); do
+        if port_in_use "$peer_port" || ! kill -0 "$peer_pid" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    port_in_use "$peer_port" || { cat "$scratch/peer.log" >&2; die "the Node/Express handler did not start"; }
+    for clients in 1 8 32; do
+        run=$(date +%s%3N)
+        "${psql[@]}" -d "$peer_url" \
+            -c "truncate wallets, processed_events, outbox restart identity" \
+            -c "insert into wallets (user_id) select 'drill_${run}_' || g from generate_series(0, 999) g" \
+            -c "analyze wallets"
+        log "drill: the Node/Express handler (bench/peer-node), unique Stripe credits, $clients senders, ${seconds}s"
+        peer_runs[$clients]=$(env -u DATABASE_URL -u WEBHOOKD_CONFIG STRIPE_WEBHOOK_SECRET=$secret \
+            "$binary" drill --url "http://127.0.0.1:$peer_port" --users 1000 --events 10000000 \
+            --concurrency "$clients" --duration "${seconds}s" --run-id "$run" 2>"$scratch/peer-drill.log" || true)
+        [ -n "${peer_runs[$clients]}" ] || { cat "$scratch/peer-drill.log" >&2; die "the drill of the Node/Express handler reported nothing"; }
+        sent=$(python3 -c 'import json,sys; print(int(json.loads(sys.argv[1])["events"]))' "${peer_runs[$clients]}")
+        peer_books[$clients]=$("$PG_BINDIR/psql" -tAq -v ON_ERROR_STOP=1 -d "$peer_url" -c "
+            with run as (select 'evt_drill_${run}_' || g as event_id, 100 + g % 100 as amount
+                         from generate_series(0, $sent - 1) g),
+                 credited as (select payload->>'user_id' as user_id, sum((payload->>'amount_cents')::bigint) as cents
+                              from outbox group by 1)
+            select json_build_object(
+                'processed_events', json_build_object('found', (select count(*) from processed_events), 'expected', $sent),
+                'processed_events_of_the_run', json_build_object('expected', $sent,
+                    'found', (select count(*) from processed_events join run using (event_id))),
+                'outbox_rows', json_build_object('found', (select count(*) from outbox), 'expected', $sent),
+                'outbox_events_of_the_run_with_their_amount', json_build_object('expected', $sent,
+                    'found', (select count(distinct run.event_id) from outbox
+                              join run on run.event_id = outbox.payload->>'event_id'
+                              and run.amount = (outbox.payload->>'amount_cents')::bigint)),
+                'wallets', json_build_object('found', (select count(*) from wallets), 'expected', 1000),
+                'wallet_total_cents', json_build_object('found', (select coalesce(sum(balance_cents), 0) from wallets),
+                    'expected', (select coalesce(sum(amount), 0) from run)),
+                'balance_mismatches', json_build_object('expected', 0,
+                    'found', (select count(*) from wallets left join credited using (user_id)
+                              where balance_cents <> coalesce(cents, 0))))")
+    done
+    kill -TERM "$peer_pid"; wait "$peer_pid" 2>/dev/null || true
+    BENCH_PIDS=$sink_pid
+    if grep -E 'failed|error' "$scratch/peer.log" >&2; then
+        log "the Node/Express handler logged the errors above"
+    fi
+    drop_bench_database webhookd_bench_peer
+    BENCH_EXTRA_DBS=
+fi
 
 python3 - "$seconds" "$peak_rss" "$idle_rss" "$outbox_rows" "$dead_rows" "$deliveries" "$undelivered" \
     "${seed_tps[8]}" "${seed_tps[32]}" "${seed_tps[64]}" \
     "${own_tps[8]}" "${own_tps[32]}" "${own_tps[64]}" \
-    "${credits[8]}" "${credits[32]}" "${credits[64]}" "$mix" "$storm" \
-    "$drain32" "$pooled" <<'PY'
+    "${credits[1]}" "${credits[8]}" "${credits[32]}" "${credits[64]}" "$mix" "$storm" \
+    "$drain32" "$pooled" "$peer" "$peer_pool" "$peer_versions" \
+    "${peer_runs[1]:-null}" "${peer_runs[8]:-null}" "${peer_runs[32]:-null}" \
+    "${peer_books[1]:-null}" "${peer_books[8]:-null}" "${peer_books[32]:-null}" <<'PY'
 import json, sys
 seconds, peak, idle, outbox_rows, dead, deliveries, undelivered = (int(a) for a in sys.argv[1:8])
 seed = dict(zip((8, 32, 64), (float(t) for t in sys.argv[8:11])))
 own = dict(zip((8, 32, 64), (float(t) for t in sys.argv[11:14])))
-credits = dict(zip((8, 32, 64), (json.loads(d) for d in sys.argv[14:17])))
-mix, storm = json.loads(sys.argv[17]), json.loads(sys.argv[18])
-drain32 = json.loads(sys.argv[19])
-pooled = json.loads(sys.argv[20])
+credits = dict(zip((1, 8, 32, 64), (json.loads(d) for d in sys.argv[14:18])))
+mix, storm = json.loads(sys.argv[18]), json.loads(sys.argv[19])
+drain32 = json.loads(sys.argv[20])
+pooled = json.loads(sys.argv[21])
+peer_measured, peer_pool, peer_versions = bool(sys.argv[22]), sys.argv[23], sys.argv[24]
+peer_runs = dict(zip((1, 8, 32), (json.loads(d) for d in sys.argv[25:28])))
+peer_books = dict(zip((1, 8, 32), (json.loads(d) for d in sys.argv[28:31])))
 runs = [*credits.values(), mix, storm, pooled]
+
+# The Node handler's points: its books exact (psql) and nothing given up.
+peer_passed = {
+    c: peer_measured and d["gave_up"] == 0
+    and all(check["found"] == check["expected"] for check in peer_books[c].values())
+    for c, d in peer_runs.items()
+}
 
 def num(x):
     return f"{x:,.0f}"
@@ -203,17 +315,19 @@ def num(x):
 def ratio(x, c):
     return f"{x / seed[c]:.2f}x" if seed[c] else "n/a"
 
+columns = (1, 8, 32, 64)
 rows = []
 def row(measure, by=None, run=""):
     by = by or {}
-    rows.append([measure, *(by.get(c, "–") for c in (8, 32, 64)), run])
+    rows.append([measure, *(by.get(c, "–") for c in columns), run])
 
 row("seed transaction (pgbench), tps", {c: num(t) for c, t in seed.items()})
 row("webhookd's own statements for one credit (pgbench), tps", {c: num(t) for c, t in own.items()})
 row("  ratio to the seed transaction", {c: ratio(t, c) for c, t in own.items()})
 row("webhookd unique Stripe credits/s (`--users 1000`)",
     {c: num(d["unique_events_per_sec"]) for c, d in credits.items()})
-row("  ratio to the seed transaction", {c: ratio(d["unique_events_per_sec"], c) for c, d in credits.items()})
+row("  ratio to the seed transaction",
+    {c: ratio(d["unique_events_per_sec"], c) for c, d in credits.items() if c in seed})
 direct32 = credits[32]["unique_events_per_sec"]
 pooled_rate = pooled["unique_events_per_sec"]
 row("webhookd unique Stripe credits/s through PgBouncer (transaction mode)",
@@ -223,6 +337,19 @@ row("  ratio to the seed transaction", {32: ratio(mix["unique_events_per_sec"], 
 row("credits p50 / p99, ms",
     {c: f"{d['latency_ms']['p50']:.2f} / {d['latency_ms']['p99']:.2f}" for c, d in credits.items()})
 row("mix p50 / p99, ms", {32: f"{mix['latency_ms']['p50']:.2f} / {mix['latency_ms']['p99']:.2f}"})
+if peer_measured:
+    row("Node/Express handler (bench/peer-node) credits/s (`--users 1000`)",
+        {c: num(d["unique_events_per_sec"]) for c, d in peer_runs.items()}, f"pg pool {peer_pool}")
+    row("  Node handler p50 / p99, ms",
+        {c: f"{d['latency_ms']['p50']:.2f} / {d['latency_ms']['p99']:.2f}" for c, d in peer_runs.items()})
+    row("webhookd / Node handler, credits/s",
+        {c: f"{credits[c]['unique_events_per_sec'] / d['unique_events_per_sec']:.2f}x"
+         if d["unique_events_per_sec"] else "n/a" for c, d in peer_runs.items()})
+else:
+    skipped = "skipped: npm is not installed"
+    row("Node/Express handler (bench/peer-node) credits/s (`--users 1000`)", run=skipped)
+    row("  Node handler p50 / p99, ms", run=skipped)
+    row("webhookd / Node handler, credits/s", run=skipped)
 storm_rate = storm["sent"] / storm["seconds"] if storm["seconds"] else 0
 row("duplicate storm (20 copies), requests/s", {8: num(storm_rate)})
 row("  ratio to the seed transaction", {8: ratio(storm_rate, 8)})
@@ -237,17 +364,31 @@ row("outbox empty within, s, after the load", {32: empty})
 row("server peak RSS (VmHWM)", run=f"{peak / 1024:.1f} MiB (idle {idle / 1024:.1f} MiB)")
 row("outbox rows / delivered to the sink / dead / left",
     run=f"{outbox_rows:,} / {deliveries:,} / {dead} / {undelivered}")
-ok = all(d["passed"] for d in runs) and dead == 0
+ok = all(d["passed"] for d in runs) and dead == 0 and (not peer_measured or all(peer_passed.values()))
 def yes(passed):
     return "yes" if passed else "**NO**"
 verified = {c: f"credits {yes(d['passed'])}" for c, d in credits.items()}
 verified[32] += f", mix {yes(mix['passed'])}, through PgBouncer {yes(pooled['passed'])}"
 verified[8] += f", storm {yes(storm['passed'])}"
+if peer_measured:
+    for c, passed in peer_passed.items():
+        verified[c] += f", Node handler {yes(passed)}"
 row("verified (books exact)", verified, yes(ok))
 
-print(f"| measure ({seconds} s a point) | 8 | 32 | 64 | whole run |")
-print("|---|---|---|---|---|")
+print(f"| measure ({seconds} s a point) | " + " | ".join(str(c) for c in columns) + " | whole run |")
+print("|---" * (len(columns) + 2) + "|")
 for r in rows:
     print("| " + " | ".join(r) + " |")
+print()
+if peer_measured:
+    print(f"Node/Express handler: bench/peer-node ({peer_versions}), one Node process, "
+          f"PG_POOL_SIZE={peer_pool}: webhookd's pool (WEBHOOKD_DB_MAX_CONNECTIONS), on the seed schema "
+          "with the run's 1,000 wallets; the same drill, its books checked with psql.")
+    for c, books in peer_books.items():
+        wrong = {name: check for name, check in books.items() if check["found"] != check["expected"]}
+        if wrong or peer_runs[c]["gave_up"]:
+            print(f"Node handler at {c}: gave up {peer_runs[c]['gave_up']}, checks off: {json.dumps(wrong)}")
+else:
+    print("Node/Express handler: not measured, npm is not installed.")
 sys.exit(0 if ok else 1)
 PY

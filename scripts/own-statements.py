@@ -74,6 +74,8 @@ claim = bind(statement("pg_advisory_xact_lock(hash) as locked"), [
     "array['stripe']", f"array[{EVENT}]", "array['payment_intent.succeeded']", f"array[{PAYLOAD}]",
     "array[1764547200]::bigint[]", "array['webhook']", "array[0, 0]::int[]", "array[1, 2]::smallint[]",
     f"array['stripe:' || 'credit:' || {INTENT}, {WALLET}]",
+    # The source column: none for /webhooks/stripe (the provider's own).
+    "array[null]::text[]",
 ])
 waiting = bind(statement("select distinct waits_for from deferred_events"), [
     "'stripe'", f"array[{INTENT}]",

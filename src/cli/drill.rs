@@ -58,6 +58,11 @@ pub struct DrillArgs {
     /// Give up on a request after this long of retrying.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
     pub give_up_after: Duration,
+    /// The run's id, in every id it sends (events `evt_drill_{run}_n`,
+    /// wallets `drill_{run}_u`); default: now, in milliseconds. For a target
+    /// whose wallets must exist beforehand (scripts/bench.sh's Node handler).
+    #[arg(long)]
+    pub run_id: Option<u64>,
     #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
     pub stripe_webhook_secret: Secrets,
     #[arg(long, env = "RAZORPAY_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
@@ -162,7 +167,9 @@ pub async fn run(
 ) -> anyhow::Result<bool> {
     let signer = Signer::new(args)?;
     let plan = Plan {
-        run_id: unix_now().as_millis(),
+        run_id: args
+            .run_id
+            .map_or_else(|| unix_now().as_millis(), u128::from),
         events: args.events,
         users: args.users,
         mix: args.mix,

@@ -516,6 +516,7 @@ async fn the_drill_storms_two_servers_and_finds_the_books_exact(pool: PgPool) {
         duration: None,
         urls: vec![app.address.clone(), second.address.clone()],
         give_up_after: Duration::from_secs(60),
+        run_id: None,
         stripe_webhook_secret: Secrets::new([SECRET]),
         razorpay_webhook_secret: Secrets::default(),
     };
@@ -577,6 +578,7 @@ async fn a_mixed_drill_finds_the_books_exact_and_fails_on_a_corrupted_balance(po
         duration: None,
         urls: vec![app.address.clone()],
         give_up_after: Duration::from_secs(60),
+        run_id: None,
         stripe_webhook_secret: Secrets::new([SECRET]),
         razorpay_webhook_secret: Secrets::new([crate::helpers::RAZORPAY_SECRETS.0]),
     };
