@@ -230,8 +230,9 @@ pub struct Settled {
 }
 
 /// Records many outcomes in one statement; returns the ids recorded. A row
-/// missing from the answer was leased again since (our lease expired):
-/// nothing of it is overwritten. Each failed attempt is also kept, with its
+/// missing from the answer was leased again since (our lease expired), or
+/// re-queued from the dead letters after that attempt: nothing of it is
+/// overwritten. Each failed attempt is also kept, with its
 /// error, in `outbox_attempts`.
 pub async fn record_many(
     pool: &PgPool,
@@ -277,6 +278,9 @@ pub async fn record_many(
             from settled s, clock
             where o.id = s.id and o.attempts = s.attempts
               and o.delivered_at is null and o.dead_at is null
+              -- Never an attempt from before the row was re-queued: a
+              -- straggling report must not settle a fresh set of attempts.
+              and s.attempts > o.requeued_attempts
             returning o.id, s.attempts
         ),
         failed as (

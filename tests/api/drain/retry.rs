@@ -141,3 +141,34 @@ async fn a_refused_connection_is_retried_with_its_cause_in_last_error(pool: PgPo
     assert!(!error.contains("do-not-log"), "{error}");
     assert!(error.len() <= webhookd::telemetry::MAX_LOGGED_ERROR_BYTES + 20);
 }
+
+/// A dead row re-queued for a fresh set of attempts (the console's retry)
+/// is never settled by a late report of the attempt that killed it: only
+/// an attempt started after the re-queue counts.
+#[sqlx::test]
+async fn a_straggling_report_never_settles_a_row_requeued_since(pool: PgPool) {
+    let sink = TestSink::start().await;
+    let id = seed(&pool, 1).await[0];
+    sink.script(&[(500, None)]);
+    let drainer = sink.drainer(pool.clone(), Clock::System, 1);
+    assert_eq!(drainer.drain_once().await.unwrap().dead, 1);
+    assert_eq!(
+        webhookd::outbox::retry_dead(&pool, Some(id)).await.unwrap(),
+        [id]
+    );
+
+    // The report of attempt 1 arrives again, late.
+    let dead = webhookd::outbox::store::Attempt::Dead {
+        error: "late".into(),
+    };
+    let recorded = webhookd::outbox::store::record(&pool, id, 1, &dead, None)
+        .await
+        .unwrap();
+    assert!(!recorded, "not an attempt of this set");
+    let requeued = row(&pool, id, now()).await;
+    assert!(!requeued.dead && !requeued.delivered, "still due");
+
+    assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
+    let delivered = row(&pool, id, now()).await;
+    assert_eq!((delivered.delivered, delivered.attempts), (true, 2));
+}
