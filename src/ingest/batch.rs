@@ -24,7 +24,9 @@
 //!   cannot deadlock with each other or with one-event transactions.
 
 mod fallback;
+mod running;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,6 +42,7 @@ pub use super::receipt::Answer;
 use super::receipt::Receipt;
 use crate::effects::{self, Decoded};
 use crate::providers::{Event, VerifiedEvent};
+use running::Running;
 
 /// How many events share a transaction, and how many batches run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,29 +201,67 @@ async fn dispatch(
     closed: CancellationToken,
 ) {
     let executors = Arc::new(Semaphore::new(settings.concurrency));
+    let running = Arc::new(Running::default());
+    // Taken from the channel, not in a batch yet: arrival order.
+    let mut queued: VecDeque<Job> = VecDeque::new();
+    let room = settings.max_events * settings.concurrency * 4;
+    let mut open = true;
     loop {
+        let freed = running.freed();
         // Queue while every executor is busy: the next batch takes it all.
-        let (executor, first) = tokio::select! {
-            biased;
-            () = closed.cancelled() => break,
-            next = next_batch(&executors, &mut jobs) => match next {
-                Some(next) => next,
-                None => break,
-            },
-        };
-        let mut batch = vec![first];
-        while batch.len() < settings.max_events {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+        let executor = if queued.is_empty() {
+            if !open {
+                break;
             }
+            let (executor, first) = tokio::select! {
+                biased;
+                () = closed.cancelled() => break,
+                next = next_batch(&executors, &mut jobs) => match next {
+                    Some(next) => next,
+                    None => break,
+                },
+            };
+            queued.push_back(first);
+            executor
+        } else {
+            tokio::select! {
+                biased;
+                () = closed.cancelled() => break,
+                executor = executors.clone().acquire_owned() => match executor {
+                    Ok(executor) => executor,
+                    Err(_) => break,
+                },
+            }
+        };
+        while open && queued.len() < room {
+            match jobs.try_recv() {
+                Ok(job) => queued.push_back(job),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        let (batch, held) = running.take(&mut queued, settings.max_events);
+        if batch.is_empty() {
+            // Everything queued waits for the keys of a running batch.
+            drop((executor, held));
+            tokio::select! {
+                biased;
+                () = closed.cancelled() => break,
+                () = freed => {}
+                job = jobs.recv(), if open && queued.len() < room => match job {
+                    Some(job) => queued.push_back(job),
+                    None => open = false,
+                },
+            }
+            continue;
         }
         batches
             .tasks
-            .spawn(run(batches.clone(), batch, Some(executor)));
+            .spawn(run(batches.clone(), batch, Some((executor, held))));
     }
     // Whatever is still queued is dropped unanswered: its requests hear
     // `ShuttingDown`, and so do later ones.
+    drop(queued);
     jobs.close();
 }
 
@@ -233,7 +274,14 @@ async fn next_batch(
     Some((executor, jobs.recv().await?))
 }
 
-async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePermit>) {
+/// Runs `jobs` as one batch on `executor` (a dispatcher's: a permit, and
+/// the hold on the batch's keys), both let go once its statements are
+/// done; after a failure, the keys only once its fallback is done.
+async fn run(
+    batches: Batches,
+    jobs: Vec<Job>,
+    executor: Option<(OwnedSemaphorePermit, running::Held)>,
+) {
     // A request that timed out while queued was answered 503 already: leave
     // its event to the provider's retry rather than apply it unannounced.
     let jobs: Vec<Job> = jobs
@@ -246,9 +294,9 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
     batches.sizes.record(jobs.len() as f64);
     // The next batch starts as soon as this one's statements are done: its
     // commit's WAL flush then overlaps the next batch's work.
-    let mut executor = executor;
+    let (mut executor, mut keys) = executor.unzip();
     match group_commit(&batches.pool, &jobs, &batches.wake, || {
-        drop(executor.take())
+        drop((executor.take(), keys.take()))
     })
     .await
     {
@@ -264,6 +312,7 @@ async fn run(batches: Batches, jobs: Vec<Job>, executor: Option<OwnedSemaphorePe
             drop(executor);
             stats.fallbacks.fetch_add(1, Ordering::Relaxed);
             fallback::one_by_one(&batches.pool, &batches.wake, jobs, &error).await;
+            drop(keys);
         }
     }
 }

@@ -8,5 +8,6 @@ pub mod batch_mixed;
 pub mod decoded_once;
 pub mod parity;
 pub mod poison;
+pub mod running;
 pub mod transaction;
 pub mod unavailable;
