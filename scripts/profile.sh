@@ -6,15 +6,18 @@
 # batch size, and the statements by total time (calls, rows per call, mean
 # and total milliseconds).
 #
-#   scripts/profile.sh [drill arguments...]     # e.g. --mix, --concurrency 8
+#   scripts/profile.sh [drill arguments...]     # e.g. --mix
 #
-# PROFILE_SECONDS=N sets the load's length (default 10); WEBHOOKD_BIN=path
-# uses that binary instead of building a release one.
+# PROFILE_SECONDS=N sets the load's length (default 10), PROFILE_SENDERS=N
+# the senders (default 32); WEBHOOKD_BIN=path uses that binary instead of
+# building a release one. Other WEBHOOKD_* variables reach the server (e.g.
+# WEBHOOKD_BATCH_CONCURRENCY).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 seconds=${PROFILE_SECONDS:-10}
+senders=${PROFILE_SENDERS:-32}
 unset DATABASE_URL   # pg_stat_statements must be preloaded: always a cluster of its own
 bench_setup webhookd_profile shared_preload_libraries=pg_stat_statements max_connections=200
 psql=("$PG_BINDIR/psql" -tAq -v ON_ERROR_STOP=1 -d "$db_url")
@@ -40,10 +43,10 @@ metric() { curl -s "$WEBHOOKD_URL/metrics" | awk -v m="$1" '$1 == m { print $2 }
 "${psql[@]}" -c "select pg_stat_statements_reset()" >/dev/null
 server_before=$(cpu "$server"); pg_before=$(postgres_cpu)
 batches_before=$(metric webhookd_ingest_batches_total); events_before=$(metric webhookd_ingest_batched_events_total)
-log "drill: 32 senders, ${seconds}s $*"
+log "drill: $senders senders, ${seconds}s $*"
 DATABASE_URL=$db_url STRIPE_WEBHOOK_SECRET=$secret RAZORPAY_WEBHOOK_SECRET=rzp_profile \
     /usr/bin/time -f "%U %S" -o "$scratch/drill.time" \
-    "$binary" drill --url "$WEBHOOKD_URL" --users 1000 --events 10000000 --concurrency 32 \
+    "$binary" drill --url "$WEBHOOKD_URL" --users 1000 --events 10000000 --concurrency "$senders" \
     --duration "${seconds}s" "$@" > "$scratch/drill.json" || true
 server_after=$(cpu "$server"); pg_after=$(postgres_cpu)
 batches=$(( $(metric webhookd_ingest_batches_total) - batches_before ))
