@@ -60,8 +60,10 @@ pub async fn enqueue<'a>(
         select (min(input.position) - 1)::int as "index!", written.id as "id!",
                min(written.attempts) as "attempts!",
                min(written.leased_payload) as "leased_payload?",
-               to_char(min(written.created_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-                   as "created_at!"
+               -- RFC 3339, as the lease gives it; the colons quoted, so that
+               -- pgbench (scripts/own-statements.py) reads no variable here.
+               to_char(min(written.created_at) at time zone 'UTC',
+                       'YYYY-MM-DD"T"HH24":"MI":"SS.US"Z"') as "created_at!"
         from written join input using (topic, provider, event_id)
         group by written.id
         "#,

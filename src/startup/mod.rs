@@ -241,6 +241,7 @@ pub async fn serve(
         tasks: tasks.clone(),
         ..Workers::default()
     };
+    let mut handed = None;
     if settings.role.drains() {
         let listen = db::session_pool(&options)?;
         if listen.is_none() {
@@ -254,6 +255,7 @@ pub async fn serve(
         // Ingest wakes this drainer directly; LISTEN still hears ingest in
         // other processes (the API role).
         workers.wake = Wake::InProcess(drainer.waker());
+        handed = Some(drainer.waker());
         tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
         tasks.spawn(crate::ingest::owner_wait::run(
             pool.clone(),
@@ -273,6 +275,17 @@ pub async fn serve(
     shutdown.cancel();
     tasks.close();
     tasks.wait().await;
+    // Rows committed while the drainer was stopping: due at once for the
+    // next process, not after their lease.
+    if let Some(waker) = handed {
+        match crate::outbox::handoff::give_back(&pool, &waker).await {
+            Ok(0) => {}
+            Ok(rows) => tracing::info!(rows, "outbox rows handed too late given back"),
+            Err(error) => {
+                tracing::warn!(error = %error, "outbox rows handed too late wait for their lease")
+            }
+        }
+    }
     pool.close().await;
     // A second signal forces exit until here; now nothing is left to wait for.
     stopped.cancel();

@@ -171,3 +171,55 @@ async fn handed_rows_of_a_drainer_that_died_are_delivered_once_their_lease_expir
     assert_eq!(next.drain_once().await.unwrap().delivered, 3);
     assert!(rows(&pool).await.iter().all(|&row| row == (2, false, true)));
 }
+
+#[sqlx::test]
+async fn rows_handed_after_the_drainer_stopped_are_given_back_due_at_once(pool: PgPool) {
+    let sink = TestSink::start().await;
+    let drainer = sink
+        .drainer_with(pool.clone(), settings(5))
+        .listening_on(None);
+    let (waker, shutdown, run) = running(drainer).await;
+    // A transaction that read the lease while the drainer ran commits
+    // after it stopped.
+    let lease = waker.lease_secs();
+    shutdown.cancel();
+    run.await.unwrap();
+    let payload = serde_json::json!({ "late": true });
+    let (ids, handed) = webhookd::outbox::leasing(lease, async {
+        let mut tx = pool.begin().await.unwrap();
+        let message = webhookd::outbox::Message {
+            topic: "wallet.credited",
+            provider: "stripe",
+            event_id: "evt_late",
+            event_type: Some("payment_intent.succeeded"),
+            payload: &payload,
+            ordering_key: None,
+        };
+        let ids = webhookd::outbox::enqueue(&mut tx, &[message])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        ids
+    })
+    .await;
+    assert_eq!(handed.len(), 1);
+    waker.hand(handed);
+    assert_eq!(
+        rows(&pool).await,
+        [(1, true, false)],
+        "leased to a drainer that is gone"
+    );
+
+    let given_back = webhookd::outbox::handoff::give_back(&pool, &waker)
+        .await
+        .unwrap();
+    assert_eq!(given_back, 1);
+    assert_eq!(
+        rows(&pool).await,
+        [(0, false, false)],
+        "due at once, its attempt not spent"
+    );
+    let next = sink.drainer(pool.clone(), Clock::System, 5);
+    assert_eq!(next.drain_once().await.unwrap().delivered, 1);
+    assert_eq!(sink.webhook_ids(), [ids[0].unwrap().to_string()]);
+}
