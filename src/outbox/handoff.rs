@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Notify;
 
-use super::store::{self, Attempt, Settled};
 use crate::sinks::Message;
 
 /// Wakes a drainer of this process at once, e.g. after ingest committed
@@ -155,27 +154,6 @@ impl Waker {
     fn lock(&self) -> std::sync::MutexGuard<'_, Handed> {
         self.0.handed.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-/// Gives back, due at once, the rows still handed to a drainer that has
-/// stopped (rows committed while it was stopping): without this they would
-/// wait for their lease to expire. Returns how many.
-pub async fn give_back(pool: &sqlx::PgPool, waker: &Waker) -> Result<usize, sqlx::Error> {
-    waker.accept(None, 0);
-    let taken = waker.take(usize::MAX, u64::MAX, true);
-    let settled: Vec<Settled> = (taken.rows.iter())
-        .map(|row| (row.id, row.attempts))
-        .chain(taken.given_back)
-        .map(|(id, attempts)| Settled {
-            id,
-            attempts,
-            attempt: Attempt::Released,
-        })
-        .collect();
-    if !settled.is_empty() {
-        store::record_many(pool, &settled, None).await?;
-    }
-    Ok(settled.len())
 }
 
 tokio::task_local! {

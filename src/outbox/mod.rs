@@ -13,7 +13,7 @@ pub mod worker;
 pub use handoff::{Waker, leasing};
 pub use store::{Depth, Listed, browse, depth, retry_dead};
 pub use store::{Message, enqueue, enqueue_one, notify};
-pub use worker::{Drainer, DrainerSettings};
+pub use worker::{Drainer, DrainerSettings, give_back};
 
 /// The channel the ingest transaction notifies when it writes outbox rows.
 pub const CHANNEL: &str = "webhookd_outbox";

@@ -19,6 +19,7 @@ pub use super::drainer::{
 };
 pub use super::handoff::Waker;
 use super::pipeline::{Mode, Pipeline};
+use super::store::{self, Attempt, Settled};
 
 impl Drainer {
     /// Leases one batch of due rows, delivers them, records the outcomes.
@@ -47,6 +48,27 @@ impl Drainer {
         }
         tracing::info!("outbox drainer stopped");
     }
+}
+
+/// Gives back, due at once, the rows still handed to a drainer that has
+/// stopped (rows committed while it was stopping): without this they would
+/// wait for their lease to expire. Returns how many.
+pub async fn give_back(pool: &PgPool, waker: &Waker) -> Result<usize, sqlx::Error> {
+    waker.accept(None, 0);
+    let taken = waker.take(usize::MAX, u64::MAX, true);
+    let settled: Vec<Settled> = (taken.rows.iter())
+        .map(|row| (row.id, row.attempts))
+        .chain(taken.given_back)
+        .map(|(id, attempts)| Settled {
+            id,
+            attempts,
+            attempt: Attempt::Released,
+        })
+        .collect();
+    if !settled.is_empty() {
+        store::record_many(pool, &settled, None).await?;
+    }
+    Ok(settled.len())
 }
 
 /// Wakes the drainer on every notification of the outbox channel, on a

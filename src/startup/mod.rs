@@ -278,7 +278,7 @@ pub async fn serve(
     // Rows committed while the drainer was stopping: due at once for the
     // next process, not after their lease.
     if let Some(waker) = handed {
-        match crate::outbox::handoff::give_back(&pool, &waker).await {
+        match crate::outbox::give_back(&pool, &waker).await {
             Ok(0) => {}
             Ok(rows) => tracing::info!(rows, "outbox rows handed too late given back"),
             Err(error) => {

@@ -210,9 +210,7 @@ async fn rows_handed_after_the_drainer_stopped_are_given_back_due_at_once(pool: 
         "leased to a drainer that is gone"
     );
 
-    let given_back = webhookd::outbox::handoff::give_back(&pool, &waker)
-        .await
-        .unwrap();
+    let given_back = webhookd::outbox::give_back(&pool, &waker).await.unwrap();
     assert_eq!(given_back, 1);
     assert_eq!(
         rows(&pool).await,
