@@ -103,16 +103,18 @@ impl<'d> Pipeline<'d> {
         let handed = self.mode == Mode::Continuous;
         if handed {
             let settings = &self.drainer.settings;
-            let lease = (!settings.ordered).then(|| settings.lease.as_secs_f64());
+            let lease = (!settings.ordered).then_some(settings.lease.as_secs_f64());
             self.drainer.waker.accept(lease, settings.batch_bytes);
         }
         loop {
             if stopping.is_cancelled() {
-                if hard_stop.is_none() {
+                if handed && hard_stop.is_none() {
                     self.drainer.waker.accept(None, 0);
                 }
                 hard_stop.get_or_insert_with(|| deadline(grace));
-                self.take_handed(true);
+                if handed {
+                    self.take_handed(true);
+                }
                 while let Some(queued) = self.queue.pop_front() {
                     self.release(queued);
                 }
@@ -120,6 +122,11 @@ impl<'d> Pipeline<'d> {
                 self.take_handed(false);
             }
             self.start_deliveries();
+            // A wake that asked for a lease while one ran is kept until the
+            // gate is idle: that lease may have read the table too early.
+            if matches!(self.gate, Gate::Idle(_)) && self.drainer.waker.lease_wanted() {
+                self.gate = Gate::Open;
+            }
             self.lease_if_wanted(stopping.is_cancelled());
             let idle = self.deliveries.is_empty() && self.queue.is_empty();
             self.recorder.record_if_due(idle || stopping.is_cancelled());
@@ -142,11 +149,8 @@ impl<'d> Pipeline<'d> {
                     self.due_again(due);
                 }
                 () = sleep_until(flush_at) => {}
-                () = wake => {
-                    if self.drainer.waker.lease_wanted() && matches!(self.gate, Gate::Idle(_)) {
-                        self.gate = Gate::Open;
-                    }
-                }
+                // Handed rows, or a lease asked for: looked at above.
+                () = wake => {}
                 () = sleep_until(lease_at) => self.gate = Gate::Open,
                 () = stopping.cancelled(), if !stopping.is_cancelled() => {}
                 () = sleep_until(hard_stop) => break,
@@ -404,8 +408,10 @@ impl<'d> Pipeline<'d> {
     /// lease in progress is waited for and its rows given back; every
     /// outcome known is recorded.
     async fn stop(&mut self) {
-        self.drainer.waker.accept(None, 0);
-        self.take_handed(true);
+        if self.mode == Mode::Continuous {
+            self.drainer.waker.accept(None, 0);
+            self.take_handed(true);
+        }
         self.deliveries.abort_all();
         for (_, bytes) in std::mem::take(&mut self.in_flight) {
             self.free(bytes);
