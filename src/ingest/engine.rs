@@ -12,7 +12,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use super::{Error, locks, release};
 use crate::effects::{self, Applied, Decoded};
 use crate::events::{self, Claim, Outcome, Recorded};
-use crate::{db, ledger, outbox, sinks};
+use crate::{db, ledger, outbox};
 
 /// How a transaction of many events begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -65,7 +65,7 @@ pub(super) struct Prepared {
     outcomes: Vec<Outcome>,
     /// The outbox rows it wrote leased to this process's drainer, handed
     /// over once it committed.
-    handed: Vec<sinks::Message>,
+    handed: Vec<outbox::handoff::Written>,
 }
 
 impl Prepared {

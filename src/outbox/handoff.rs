@@ -28,7 +28,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Notify;
 
+use tokio::time::Instant;
+
 use crate::sinks::Message;
+
+/// A row written leased to this process, and when: its lease runs from
+/// its insert, however long it then waits to be delivered.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub message: Message,
+    pub at: Instant,
+}
 
 /// Wakes a drainer of this process at once, e.g. after ingest committed
 /// outbox rows: cheaper and sooner than a notification through Postgres;
@@ -54,7 +64,7 @@ struct Handed {
     lease_secs: Option<f64>,
     /// Most payload bytes waiting here.
     max_bytes: u64,
-    rows: VecDeque<Message>,
+    rows: VecDeque<Written>,
     bytes: u64,
     /// `(id, attempts)` of rows handed beyond `max_bytes`: to give back.
     overflow: Vec<(i64, i32)>,
@@ -64,7 +74,7 @@ struct Handed {
 /// unstarted.
 #[derive(Debug, Default)]
 pub struct Taken {
-    pub rows: Vec<Message>,
+    pub rows: Vec<Written>,
     pub given_back: Vec<(i64, i32)>,
 }
 
@@ -102,16 +112,16 @@ impl Waker {
 
     /// Hands `rows`, committed and leased to this process, to its drainer,
     /// and wakes it to take them (not to lease).
-    pub fn hand(&self, rows: Vec<Message>) {
+    pub fn hand(&self, rows: Vec<Written>) {
         if rows.is_empty() {
             return;
         }
         {
             let mut handed = self.lock();
             for row in rows {
-                let bytes = row.payload.len() as u64;
+                let bytes = row.message.payload.len() as u64;
                 if handed.bytes + bytes > handed.max_bytes && !handed.rows.is_empty() {
-                    handed.overflow.push((row.id, row.attempts));
+                    handed.overflow.push((row.message.id, row.message.attempts));
                     continue;
                 }
                 handed.bytes += bytes;
@@ -134,7 +144,7 @@ impl Waker {
         while let Some(row) = handed.rows.front()
             && taken.rows.len() < rows
         {
-            let size = row.payload.len() as u64;
+            let size = row.message.payload.len() as u64;
             if size > room && !(oversized && taken.rows.is_empty()) {
                 break;
             }
@@ -163,7 +173,7 @@ tokio::task_local! {
 /// The rows one transaction writes leased to this process.
 struct Leasing {
     lease_secs: f64,
-    rows: RefCell<Vec<Message>>,
+    rows: RefCell<Vec<Written>>,
 }
 
 /// Runs `transaction` so that the outbox rows it writes are leased to this
@@ -172,7 +182,7 @@ struct Leasing {
 pub async fn leasing<T>(
     lease_secs: Option<f64>,
     transaction: impl Future<Output = T>,
-) -> (T, Vec<Message>) {
+) -> (T, Vec<Written>) {
     let Some(lease_secs) = lease_secs else {
         return (transaction.await, Vec::new());
     };
@@ -196,7 +206,9 @@ pub(super) fn lease_secs() -> Option<f64> {
 
 /// Keeps `rows`, just written leased, for the drainer.
 pub(super) fn keep(rows: Vec<Message>) {
-    let _ = LEASING.try_with(|l| l.rows.borrow_mut().extend(rows));
+    let at = Instant::now();
+    let written = rows.into_iter().map(|message| Written { message, at });
+    let _ = LEASING.try_with(|l| l.rows.borrow_mut().extend(written));
 }
 
 /// How many rows are kept so far (a savepoint's start), inside [`leasing`].

@@ -177,10 +177,10 @@ impl<'d> Pipeline<'d> {
             let bytes = settings.batch_bytes.saturating_sub(self.held_bytes);
             waker.take(rows.saturating_sub(held), bytes, held == 0)
         };
-        let leased_at = self.drainer.clock.now();
+        let now = self.drainer.clock.now();
         let given_back = taken.given_back.into_iter().chain(
             (all.then_some(taken.rows.iter()).into_iter().flatten())
-                .map(|message| (message.id, message.attempts)),
+                .map(|row| (row.message.id, row.message.attempts)),
         );
         for (id, attempts) in given_back.collect::<Vec<_>>() {
             self.recorder.push(Settled {
@@ -192,15 +192,17 @@ impl<'d> Pipeline<'d> {
         if all {
             return;
         }
-        for message in taken.rows {
-            let bytes = message.payload.len() as u64;
+        for row in taken.rows {
+            let bytes = row.message.payload.len() as u64;
+            // Its lease started at its insert (rounded to the earlier second).
+            let waited = row.at.elapsed().as_secs_f64().ceil() as i64;
             self.drained.leased += 1;
             self.queue.push_back(Queued {
                 leased: Leased {
-                    message,
+                    message: row.message,
                     requeued_attempts: 0,
                 },
-                leased_at,
+                leased_at: now - waited,
                 bytes,
             });
             self.hold(bytes);

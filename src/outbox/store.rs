@@ -49,7 +49,9 @@ pub async fn enqueue<'a>(
             select topic, provider || ':' || event_id, provider, event_id, payload,
                    coalesce(ordering_key, provider || ':' || event_id),
                    case when $6::float8 is null then 0 else 1 end,
-                   now() + make_interval(secs => $6::float8)
+                   -- From the insert, not the transaction's start: the
+                   -- drainer counts it from here too.
+                   clock_timestamp() + make_interval(secs => $6::float8)
             from input
             order by position
             on conflict do nothing

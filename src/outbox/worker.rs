@@ -57,7 +57,7 @@ pub async fn give_back(pool: &PgPool, waker: &Waker) -> Result<usize, sqlx::Erro
     waker.accept(None, 0);
     let taken = waker.take(usize::MAX, u64::MAX, true);
     let settled: Vec<Settled> = (taken.rows.iter())
-        .map(|row| (row.id, row.attempts))
+        .map(|row| (row.message.id, row.message.attempts))
         .chain(taken.given_back)
         .map(|(id, attempts)| Settled {
             id,
