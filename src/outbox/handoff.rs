@@ -10,9 +10,10 @@
 //! - After the commit the engine hands them over ([`Waker::hand`]); the
 //!   drainer takes them ([`Waker::take`]) as it would a lease's rows, and
 //!   records their outcomes against `(id, 1)` as for any row.
-//! - What it cannot hold (more payload bytes waiting than its byte budget)
-//!   is given back as `released` by its next record statement: due at once,
-//!   the attempt not spent, leased by the usual statement.
+//! - What it cannot hold (the rows waiting here and those it holds add up
+//!   to its byte budget, so its memory bound stays what it was) is given
+//!   back as `released` by its next record statement: due at once, the
+//!   attempt not spent, leased by the usual statement.
 //! - A process that dies holding handed rows leaves them leased; the lease
 //!   expires and any drainer takes them, as after any crash.
 //!
@@ -62,8 +63,11 @@ struct Handed {
     /// The lease (seconds) rows are inserted with; `None`: the drainer
     /// takes no handed rows now.
     lease_secs: Option<f64>,
-    /// Most payload bytes waiting here.
+    /// Most payload bytes waiting here and held by the drainer together:
+    /// its byte budget, so the handoff adds nothing to its memory bound.
     max_bytes: u64,
+    /// Payload bytes the drainer holds (queued or in flight).
+    drainer_bytes: u64,
     rows: VecDeque<Written>,
     bytes: u64,
     /// `(id, attempts)` of rows handed beyond `max_bytes`: to give back.
@@ -120,7 +124,10 @@ impl Waker {
             let mut handed = self.lock();
             for row in rows {
                 let bytes = row.message.payload.len() as u64;
-                if handed.bytes + bytes > handed.max_bytes && !handed.rows.is_empty() {
+                let held = handed.bytes + handed.drainer_bytes;
+                // A row larger than the budget waits alone, as a lease takes it.
+                let alone = held == 0;
+                if held + bytes > handed.max_bytes && !alone {
                     handed.overflow.push((row.message.id, row.message.attempts));
                     continue;
                 }
@@ -153,6 +160,11 @@ impl Waker {
             taken.rows.extend(handed.rows.pop_front());
         }
         taken
+    }
+
+    /// The drainer now holds `bytes` of payload.
+    pub(super) fn drainer_holds(&self, bytes: u64) {
+        self.lock().drainer_bytes = bytes;
     }
 
     /// Whether rows wait to be taken or given back.

@@ -439,6 +439,7 @@ impl<'d> Pipeline<'d> {
 
     fn hold(&mut self, bytes: u64) {
         self.held_bytes += bytes;
+        self.drainer.waker.drainer_holds(self.held_bytes);
         let stats = &self.drainer.stats;
         stats.held_bytes.fetch_add(bytes, Ordering::Relaxed);
         stats
@@ -452,6 +453,7 @@ impl<'d> Pipeline<'d> {
             self.gate = Gate::Open;
         }
         self.held_bytes -= bytes;
+        self.drainer.waker.drainer_holds(self.held_bytes);
         self.drainer
             .stats
             .held_bytes
