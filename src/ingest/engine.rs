@@ -63,8 +63,10 @@ pub(super) struct Prepared {
     /// `None` when nothing was claimed (every event a duplicate).
     tx: Option<Transaction<'static, Postgres>>,
     outcomes: Vec<Outcome>,
-    /// The outbox rows it wrote leased to this process's drainer, handed
-    /// over once it committed.
+    /// Whether its outbox rows were written leased to this process's
+    /// drainer (decided once, before its statements), and those rows,
+    /// handed over once it committed.
+    leased: bool,
     handed: Vec<outbox::handoff::Written>,
 }
 
@@ -80,10 +82,10 @@ impl Prepared {
         }
         tx.commit().await?;
         if let Wake::InProcess(drainer) = wake {
-            match wake.lease_secs() {
+            match self.leased {
                 // Written leased to it (or nothing written): no lease to run.
-                Some(_) => drainer.hand(self.handed),
-                None => drainer.wake(),
+                true => drainer.hand(self.handed),
+                false => drainer.wake(),
             }
         }
         Ok(self.outcomes)
@@ -107,8 +109,10 @@ pub(super) async fn prepare(
     begin: &'static str,
     wake: &Wake,
 ) -> Result<Prepared, Error> {
-    let (prepared, handed) = outbox::leasing(wake.lease_secs(), apply(pool, units, begin)).await;
+    let lease_secs = wake.lease_secs();
+    let (prepared, handed) = outbox::leasing(lease_secs, apply(pool, units, begin)).await;
     let mut prepared = prepared?;
+    prepared.leased = lease_secs.is_some();
     prepared.handed = handed;
     Ok(prepared)
 }
@@ -119,6 +123,7 @@ async fn apply(pool: &PgPool, units: &[&Decoded], begin: &'static str) -> Result
     let nothing = |outcomes| Prepared {
         tx: None,
         outcomes,
+        leased: false,
         handed: Vec::new(),
     };
     if units.is_empty() {
@@ -154,6 +159,7 @@ async fn apply(pool: &PgPool, units: &[&Decoded], begin: &'static str) -> Result
     Ok(Prepared {
         tx: Some(tx),
         outcomes,
+        leased: false,
         handed: Vec::new(),
     })
 }
