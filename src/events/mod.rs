@@ -60,79 +60,129 @@ pub struct Lock {
     pub key: String,
 }
 
-/// Claims each event's `(provider, event_id)`, recording the source that
-/// received it ([`stored_source`]), sorted (so concurrent transactions
-/// claim in one order), and then takes the locks of the events
-/// claimed, in their global order. Returns the indexes of the claims that
-/// were new: the others are recorded already (a concurrent claim waits on
-/// the primary key until the first commits or rolls back, so exactly one
-/// delivery wins). Copies among `claims` claim once (the first).
+/// The class of the claims' locks ([`claim_key`]): the first of the global
+/// order, so every claim is taken before any other lock.
+pub const CLAIM_LOCK_CLASS: i16 = 0;
+
+/// The advisory lock key that claims `provider`'s event `event_id`.
+pub fn claim_key(provider: &str, event_id: &str) -> String {
+    format!("event:{provider}:{event_id}")
+}
+
+/// Claims each event of `claims` not recorded yet and then takes the locks
+/// of the events claimed, all in their global order. Returns the indexes of
+/// the claims that are new; copies among `claims` claim once (the first).
+///
+/// A claim is the advisory lock of the event's id ([`claim_key`]), not a
+/// row: the event's row is written once, with its outcome, at the end of
+/// the transaction ([`record_claimed`]). Whether an event is recorded is
+/// read by the same statement; when a claim had to wait (a copy of the
+/// event was in flight, and its transaction has ended since), the events
+/// are read again in a statement of their own, which sees what that copy
+/// committed. An event recorded by a transaction that takes no claim (an
+/// import) between this read and the end is found by [`record_claimed`].
 pub async fn claim_and_lock(
     conn: &mut PgConnection,
     claims: &[Claim<'_>],
     locks: &[Lock],
 ) -> Result<Vec<usize>, sqlx::Error> {
-    let column = |f: fn(&Claim<'_>) -> String| claims.iter().map(f).collect::<Vec<_>>();
-    let created: Vec<Option<i64>> = claims.iter().map(|c| c.event.created()).collect();
-    let source: Vec<Option<&str>> = claims.iter().map(|c| stored_source(c.event)).collect();
+    let providers: Vec<&str> = claims.iter().map(|c| c.event.provider()).collect();
+    let event_ids: Vec<&str> = claims.iter().map(|c| c.event.event_id()).collect();
     let lock_owner: Vec<Option<i32>> = locks
         .iter()
         .map(|l| l.owner.map(|o| i32::try_from(o).unwrap_or(i32::MAX)))
         .collect();
     let lock_class: Vec<i16> = locks.iter().map(|l| l.class).collect();
-    let lock_key: Vec<String> = locks.iter().map(|l| l.key.clone()).collect();
-    // The outer select takes the locks in the subquery's (sorted) order; the
-    // sort reads every claimed row first, so all claims precede all locks.
+    let lock_key: Vec<&str> = locks.iter().map(|l| l.key.as_str()).collect();
+    // The outer select takes the locks in the subquery's (sorted) order:
+    // each first without waiting, then, if another transaction holds it,
+    // waiting for it, so that a claim that waited is known.
     let rows = sqlx::query!(
         r#"
         with input as (
-            select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $10::text[])
-                with ordinality
-                as input (provider, event_id, event_type, payload, created, received_via, source, position)
-        ), claimed as (
-            insert into processed_events
-                (provider, event_id, event_type, outcome, payload, provider_created_at, received_via, source)
-            select distinct on (provider, event_id)
-                   provider, event_id, event_type, 'pending', payload::jsonb, to_timestamp(created), received_via, source
-            from input
-            order by provider, event_id, position
-            on conflict (provider, event_id) do nothing
-            returning provider, event_id
+            select * from unnest($1::text[], $2::text[]) with ordinality
+                as input (provider, event_id, position)
         ), new as (
-            select (min(input.position) - 1)::int as index
-            from claimed join input using (provider, event_id)
+            select (min(position) - 1)::int as index, provider, event_id
+            from input
+            where not exists (select from processed_events e
+                              where e.provider = input.provider and e.event_id = input.event_id)
             group by provider, event_id
         ), lock as (
-            select hashtextextended(key, 0) as hash, class
-            from unnest($7::int[], $8::smallint[], $9::text[]) as lock (owner, class, key)
+            select $6::smallint as class,
+                   hashtextextended('event:' || provider || ':' || event_id, 0) as hash
+            from new
+            union all
+            select class, hashtextextended(key, 0)
+            from unnest($3::int[], $4::smallint[], $5::text[]) as lock (owner, class, key)
             where owner is null or owner in (select index from new)
         )
-        select new.index as "index!" from new
+        select new.index as "index!", false as "waited!" from new
         union all
-        select -1 from (
-            select pg_advisory_xact_lock(hash) as locked
+        select -1, coalesce(bool_or(waited), false) from (
+            select case when pg_try_advisory_xact_lock(hash) then false
+                        else (select class = $6 from pg_advisory_xact_lock(hash) as waited)
+                   end as waited
             from (select distinct class, hash from lock order by class, hash) as sorted
         ) as locks
         "#,
-        &column(|c| c.event.provider().to_owned()),
-        &column(|c| c.event.event_id().to_owned()),
-        &column(|c| c.event.event_type().to_owned()),
-        &column(|c| c.payload.to_owned()),
-        &created as &[Option<i64>],
-        &column(|c| c.event.via().as_str().to_owned()),
+        &providers as &[&str],
+        &event_ids as &[&str],
         &lock_owner as &[Option<i32>],
         &lock_class,
-        &lock_key,
-        &source as &[Option<&str>],
+        &lock_key as &[&str],
+        CLAIM_LOCK_CLASS,
     )
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await?;
+    let waited = rows.iter().any(|row| row.index < 0 && row.waited);
     let mut claimed: Vec<usize> = rows
         .into_iter()
         .filter_map(|row| usize::try_from(row.index).ok())
         .collect();
     claimed.sort_unstable();
+    if waited {
+        let recorded = recorded_among(conn, claims, &claimed).await?;
+        claimed.retain(|i| !recorded.contains(i));
+    }
     Ok(claimed)
+}
+
+/// Which of `claims[indexes]` are recorded, read by a statement of its own.
+async fn recorded_among(
+    conn: &mut PgConnection,
+    claims: &[Claim<'_>],
+    indexes: &[usize],
+) -> Result<Vec<usize>, sqlx::Error> {
+    let index: Vec<i32> = indexes
+        .iter()
+        .filter_map(|&i| i32::try_from(i).ok())
+        .collect();
+    let providers: Vec<&str> = indexes
+        .iter()
+        .map(|&i| claims[i].event.provider())
+        .collect();
+    let event_ids: Vec<&str> = indexes
+        .iter()
+        .map(|&i| claims[i].event.event_id())
+        .collect();
+    let found = sqlx::query_scalar!(
+        r#"
+        select input.index as "index!"
+        from unnest($1::int[], $2::text[], $3::text[]) as input (index, provider, event_id)
+        where exists (select from processed_events e
+                      where e.provider = input.provider and e.event_id = input.event_id)
+        "#,
+        &index,
+        &providers as &[&str],
+        &event_ids as &[&str],
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(found
+        .into_iter()
+        .filter_map(|i| usize::try_from(i).ok())
+        .collect())
 }
 
 /// The `source` column of `event`: the source that received it, unless
@@ -140,12 +190,6 @@ pub async fn claim_and_lock(
 /// source's own) or none (a sweep's).
 fn stored_source(event: &Event) -> Option<&str> {
     event.source().filter(|source| *source != event.provider())
-}
-
-/// Claims one event ([`claim_and_lock`] without locks). `false`: recorded
-/// already.
-pub async fn claim(conn: &mut PgConnection, claim: Claim<'_>) -> Result<bool, sqlx::Error> {
-    Ok(!claim_and_lock(conn, &[claim], &[]).await?.is_empty())
 }
 
 /// Claims an event webhookd itself raises (a sweep's `webhookd.delivery_gap`),
@@ -182,29 +226,59 @@ pub struct Recorded<'a> {
     pub detail: &'a Value,
 }
 
-/// Records the outcomes of events, in one statement.
+/// Writes the rows of claimed events, each with its outcome and `detail`,
+/// in one statement. Returns how many were written: fewer than given when
+/// another transaction recorded one of them since its claim (one that takes
+/// no claim: an import), and the caller must not commit.
+pub async fn record_claimed(
+    conn: &mut PgConnection,
+    claimed: &[(&Claim<'_>, Outcome, &Value)],
+) -> Result<u64, sqlx::Error> {
+    if claimed.is_empty() {
+        return Ok(0);
+    }
+    let text = |f: for<'a, 'b> fn(&'a Claim<'b>) -> &'a str| {
+        claimed.iter().map(|(c, ..)| f(c)).collect::<Vec<_>>()
+    };
+    let outcomes: Vec<&str> = claimed.iter().map(|(_, o, _)| o.as_str()).collect();
+    let details: Vec<Value> = claimed.iter().map(|(.., d)| (*d).clone()).collect();
+    let created: Vec<Option<i64>> = claimed.iter().map(|(c, ..)| c.event.created()).collect();
+    let source: Vec<Option<&str>> = claimed
+        .iter()
+        .map(|(c, ..)| stored_source(c.event))
+        .collect();
+    let result = sqlx::query!(
+        r#"
+        insert into processed_events
+            (provider, event_id, event_type, outcome, detail, payload, provider_created_at,
+             received_via, source)
+        select provider, event_id, event_type, outcome, detail, payload::jsonb, to_timestamp(created),
+               received_via, source
+        from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[],
+                    $7::bigint[], $8::text[], $9::text[])
+            as input (provider, event_id, event_type, outcome, detail, payload, created,
+                      received_via, source)
+        on conflict (provider, event_id) do nothing
+        "#,
+        &text(|c| c.event.provider()) as &[&str],
+        &text(|c| c.event.event_id()) as &[&str],
+        &text(|c| c.event.event_type()) as &[&str],
+        &outcomes as &[&str],
+        &details,
+        &text(|c| c.payload) as &[&str],
+        &created as &[Option<i64>],
+        &text(|c| c.event.via().as_str()) as &[&str],
+        &source as &[Option<&str>],
+    )
+    .execute(conn)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// Records the outcomes of recorded events, in one statement.
 pub async fn record_outcomes(
     conn: &mut PgConnection,
     outcomes: &[Recorded<'_>],
-) -> Result<(), sqlx::Error> {
-    record(conn, outcomes, false).await
-}
-
-/// Records the outcomes of the events this transaction claimed, in one
-/// statement, at its end. An event that a later one of the transaction
-/// applied already (a refund deferred until a credit that came after it)
-/// keeps the outcome recorded then.
-pub async fn record_claimed(
-    conn: &mut PgConnection,
-    outcomes: &[Recorded<'_>],
-) -> Result<(), sqlx::Error> {
-    record(conn, outcomes, true).await
-}
-
-async fn record(
-    conn: &mut PgConnection,
-    outcomes: &[Recorded<'_>],
-    only_pending: bool,
 ) -> Result<(), sqlx::Error> {
     if outcomes.is_empty() {
         return Ok(());
@@ -219,13 +293,11 @@ async fn record(
         from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])
             as input (provider, event_id, outcome, detail)
         where e.provider = input.provider and e.event_id = input.event_id
-          and (not $5 or e.outcome = 'pending')
         "#,
         &providers as &[&str],
         &event_ids as &[&str],
         &kinds as &[&str],
         &details,
-        only_pending,
     )
     .execute(conn)
     .await?;

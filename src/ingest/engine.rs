@@ -11,7 +11,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use super::{Error, locks, release};
 use crate::effects::{self, Applied, Decoded};
-use crate::events::{self, Claim, Outcome, Recorded};
+use crate::events::{self, Claim, Outcome};
 use crate::{db, ledger, outbox};
 
 /// How a transaction of many events begins (one round trip):
@@ -103,6 +103,10 @@ impl Prepared {
 /// Applies `units` in one transaction begun with `begin`, up to its commit:
 /// each event's outcome is `duplicate` for an event recorded before and
 /// for a later copy of one in `units`. Any error rolls everything back.
+///
+/// An event recorded after its claim by a transaction that takes none (an
+/// import) is found when its row is written: the transaction rolls back
+/// and runs once more, and that event is then a `duplicate`.
 pub(super) async fn prepare(
     pool: &PgPool,
     units: &[&Decoded],
@@ -110,15 +114,36 @@ pub(super) async fn prepare(
     wake: &Wake,
 ) -> Result<Prepared, Error> {
     let lease_secs = wake.lease_secs();
-    let (prepared, handed) = outbox::leasing(lease_secs, apply(pool, units, begin)).await;
+    let attempts = async {
+        for _ in 0..ATTEMPTS {
+            let handed = outbox::handoff::mark();
+            match apply(pool, units, begin).await? {
+                Some(prepared) => return Ok(prepared),
+                None => outbox::handoff::forget_since(handed),
+            }
+        }
+        Err(Error::Invariant(
+            "events were recorded by another transaction after their claim, again and again",
+        ))
+    };
+    let (prepared, handed) = outbox::leasing(lease_secs, attempts).await;
     let mut prepared = prepared?;
     prepared.leased = lease_secs.is_some();
     prepared.handed = handed;
     Ok(prepared)
 }
 
-/// [`prepare`], once its outbox rows' lease is decided.
-async fn apply(pool: &PgPool, units: &[&Decoded], begin: &'static str) -> Result<Prepared, Error> {
+/// How many times [`prepare`] runs a transaction whose claimed events were
+/// recorded meanwhile.
+const ATTEMPTS: usize = 3;
+
+/// [`prepare`], once its outbox rows' lease is decided: `None` when it
+/// rolled back because a claimed event was recorded meanwhile.
+async fn apply(
+    pool: &PgPool,
+    units: &[&Decoded],
+    begin: &'static str,
+) -> Result<Option<Prepared>, Error> {
     let mut outcomes = vec![Outcome::Duplicate; units.len()];
     let nothing = |outcomes| Prepared {
         tx: None,
@@ -127,41 +152,66 @@ async fn apply(pool: &PgPool, units: &[&Decoded], begin: &'static str) -> Result
         handed: Vec::new(),
     };
     if units.is_empty() {
-        return Ok(nothing(outcomes));
+        return Ok(Some(nothing(outcomes)));
     }
     let claims: Vec<Claim<'_>> = units.iter().map(|unit| Claim::of(unit.event())).collect();
     let mut tx = db::begin_with(pool, begin).await?;
     let claimed = locks::claim_and_lock(&mut tx, &claims, units).await?;
     if claimed.is_empty() {
         tx.rollback().await?;
-        return Ok(nothing(outcomes));
+        return Ok(Some(nothing(outcomes)));
     }
     let claimed_units: Vec<&Decoded> = claimed.iter().map(|&i| units[i]).collect();
-    let applied = apply_in_order(&mut tx, &claimed_units).await?;
+    let mut unwritten = Unwritten {
+        claims: claimed.iter().map(|&i| &claims[i]).collect(),
+        written: 0,
+    };
+    let Some(applied) = apply_in_order(&mut tx, &claimed_units, Some(&mut unwritten)).await? else {
+        tx.rollback().await?;
+        return Ok(None);
+    };
     if applied.len() != claimed_units.len() {
         // Never commit a claimed event without its outcome.
         return Err(Error::Invariant("a claimed event has no outcome"));
     }
-    let recorded: Vec<Recorded<'_>> = claimed_units
-        .iter()
-        .zip(&applied)
-        .map(|(unit, applied)| Recorded {
-            provider: unit.event().provider(),
-            event_id: unit.event().event_id(),
-            outcome: applied.outcome,
-            detail: &applied.detail,
-        })
-        .collect();
-    events::record_claimed(&mut tx, &recorded).await?;
+    if !unwritten.write(&mut tx, &applied).await? {
+        tx.rollback().await?;
+        return Ok(None);
+    }
     for (&i, applied) in claimed.iter().zip(&applied) {
         outcomes[i] = applied.outcome;
     }
-    Ok(Prepared {
+    Ok(Some(Prepared {
         tx: Some(tx),
         outcomes,
         leased: false,
         handed: Vec::new(),
-    })
+    }))
+}
+
+/// The claimed events of a transaction, in the order applied, and how many
+/// of them have their row written: every one at the end, and those applied
+/// before an event that releases others, so that a waiting one among them
+/// is found.
+struct Unwritten<'a> {
+    claims: Vec<&'a Claim<'a>>,
+    written: usize,
+}
+
+impl Unwritten<'_> {
+    /// Writes the rows of the events applied so far (`applied`, in order)
+    /// that are not written yet. `false`: one of them was recorded by
+    /// another transaction meanwhile.
+    async fn write(&mut self, conn: &mut PgConnection, applied: &[Applied]) -> Result<bool, Error> {
+        let rows: Vec<(&Claim<'_>, Outcome, &serde_json::Value)> = self.claims[self.written..]
+            .iter()
+            .zip(&applied[self.written..])
+            .map(|(claim, applied)| (*claim, applied.outcome, &applied.detail))
+            .collect();
+        self.written += rows.len();
+        let written = events::record_claimed(conn, &rows).await?;
+        Ok(written == rows.len() as u64)
+    }
 }
 
 /// A replayed event's effect applied under its locks, not yet committed
@@ -204,20 +254,23 @@ impl Reapplied<'_> {
 pub(super) async fn reapply<'a>(pool: &PgPool, unit: &'a Decoded) -> Result<Reapplied<'a>, Error> {
     let mut tx = db::begin_with(pool, BEGIN_ONE).await?;
     locks::claim_and_lock(&mut tx, &[], &[unit]).await?;
-    let applied = apply_in_order(&mut tx, &[unit])
+    let applied = apply_in_order(&mut tx, &[unit], None)
         .await?
-        .pop()
+        .and_then(|mut applied| applied.pop())
         .ok_or(Error::Invariant("a replayed event has no outcome"))?;
     Ok(Reapplied { tx, unit, applied })
 }
 
 /// Applies each event in order; consecutive credits share their statements
 /// ([`effects::apply_credits`]), with the same result as one at a time; the
-/// events a credit releases apply right after it, before anything else.
+/// events a credit releases apply right after it, before anything else,
+/// once the rows of the claimed events before it are written
+/// (`unwritten`). `None`: one of those was recorded meanwhile.
 async fn apply_in_order(
     conn: &mut PgConnection,
     units: &[&Decoded],
-) -> Result<Vec<Applied>, effects::Error> {
+    mut unwritten: Option<&mut Unwritten<'_>>,
+) -> Result<Option<Vec<Applied>>, Error> {
     let mut applied = Vec::with_capacity(units.len());
     let mut rest = units;
     while !rest.is_empty() {
@@ -225,22 +278,27 @@ async fn apply_in_order(
             .iter()
             .position(|unit| !unit.is_credit())
             .unwrap_or(rest.len());
-        let mut done = match credits {
+        let done = match credits {
             0 => vec![effects::apply(conn, rest[0]).await?],
             run => effects::apply_credits(conn, &rest[..run]).await?,
         };
         if done.is_empty() {
-            return Err(effects::Error::Invariant("a run of credits answered none"));
+            return Err(Error::Invariant("a run of credits answered none"));
         }
-        for (unit, result) in rest.iter().zip(done.iter_mut()) {
+        for (unit, mut result) in rest.iter().zip(done) {
             if !result.releases.is_empty() {
-                release::waiting(conn, unit.event(), result).await?;
+                if let Some(unwritten) = unwritten.as_deref_mut()
+                    && !unwritten.write(conn, &applied).await?
+                {
+                    return Ok(None);
+                }
+                release::waiting(conn, unit.event(), &mut result).await?;
             }
+            applied.push(result);
         }
-        rest = &rest[done.len()..];
-        applied.append(&mut done);
+        rest = &units[applied.len()..];
     }
-    Ok(applied)
+    Ok(Some(applied))
 }
 
 /// The keys `unit` shares with others: its event id, its plan's keys and

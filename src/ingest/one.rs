@@ -44,33 +44,40 @@ pub(super) async fn apply(pool: &PgPool, unit: &Decoded, wake: &Wake) -> Result<
 /// `duplicate` rather than the same failure.
 async fn reject(pool: &PgPool, event: &Event, poison: &db::Poison) -> Result<Receipt, sqlx::Error> {
     error::warn_refused(event, poison, "this event's data: recorded as rejected");
+    let detail = poison.detail();
     let mut tx = db::begin(pool).await?;
-    let mut payload_stored = true;
-    let claimed = match events::claim(&mut tx, Claim::of(event)).await {
+    let written = match record_rejected(&mut tx, &Claim::of(event), &detail).await {
         Err(error) if db::Poison::of(&error).is_some() => {
             tx.rollback().await?;
             tx = db::begin(pool).await?;
-            payload_stored = false;
-            events::claim(&mut tx, Claim::without_payload(event)).await?
+            let mut detail = detail;
+            detail["payload_stored"] = false.into();
+            record_rejected(&mut tx, &Claim::without_payload(event), &detail).await?
         }
-        claimed => claimed?,
+        written => written?,
     };
-    if !claimed {
+    if !written {
         tx.rollback().await?;
         return Ok(Receipt::of(Outcome::Duplicate, event));
     }
-    let mut detail = poison.detail();
-    if !payload_stored {
-        detail["payload_stored"] = false.into();
-    }
-    events::record_outcome(
-        &mut tx,
-        event.provider(),
-        event.event_id(),
-        Outcome::Rejected,
-        &detail,
-    )
-    .await?;
     tx.commit().await?;
     Ok(Receipt::of(Outcome::Rejected, event))
+}
+
+/// Claims and records `claim`'s event as `rejected`. `false`: it was
+/// recorded already.
+async fn record_rejected(
+    conn: &mut sqlx::PgConnection,
+    claim: &Claim<'_>,
+    detail: &serde_json::Value,
+) -> Result<bool, sqlx::Error> {
+    let locks = [];
+    if events::claim_and_lock(conn, std::slice::from_ref(claim), &locks)
+        .await?
+        .is_empty()
+    {
+        return Ok(false);
+    }
+    let written = events::record_claimed(conn, &[(claim, Outcome::Rejected, detail)]).await?;
+    Ok(written == 1)
 }

@@ -5,6 +5,7 @@
 pub mod arbitrary;
 pub mod batch;
 pub mod batch_mixed;
+pub mod claim;
 pub mod decoded_once;
 pub mod parity;
 pub mod poison;
