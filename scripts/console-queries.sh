@@ -513,6 +513,9 @@ for path in glob.glob(".sqlx/query-*.json"):
 
 def statement(marker):
     found = [q for q in stored if marker in q["query"]]
+    if len(found) > 1:
+        # Of statements that share a beginning, the one that ends there.
+        found = [q for q in found if q["query"].rstrip().endswith(marker.rstrip())] or found
     if len(found) != 1:
         sys.exit(f"console-queries: {len(found)} queries in .sqlx/ contain {marker!r}, not 1")
     return found[0]["query"], [TYPES[t] for t in found[0]["describe"]["parameters"].get("Left", [])]
@@ -634,8 +637,10 @@ cases = [
     ("events::counts_by_outcome", "last hour by minute", 'as "bucket!"', [hour_since, 60]),
     ("events::counts_by_outcome", "last day by 15 minutes", 'as "bucket!"', [day_since, 900]),
     ("events::deferred", "200 longest waiting", "from deferred_events d join processed_events e using", [200]),
-    ("events::deferred_depth", "", "coalesce(extract(epoch from now() - min(created_at)), 0)::float8", []),
-    ("events::find", "an event", 'outcome, detail, payload::text as "payload!"', [credit_provider, credit_event]),
+    ("events::deferred_depth", "", 'min(created_at)), 0)::float8 as "oldest!"\n        from deferred_events', []),
+    ("events::owner_waits", "", "from deferred_events\n        where starts_with(waits_for, 'owner:')\n", []),
+    ("events::preview", "an event, 4,096 characters", 'left(payload::text, $3) as "payload_head!"',
+     [credit_provider, credit_event, 4096]),
     ("outbox browse::page", "pending, first page", "and id > coalesce($4::bigint, 0)", [False, None, None, None, 50]),
     ("outbox browse::page", "dead, first page", "and id > coalesce($4::bigint, 0)", [True, None, None, None, 50]),
     ("outbox browse::page", "dead, second page", "and id > coalesce($4::bigint, 0)",
@@ -674,7 +679,7 @@ cases = [
     ("story::timeline", "an unknown id", STORY, [unknown]),
 ]
 
-RELATED = ["processed_events_event_id", "bitmap wallet_entries_source_ref", "bitmap wallet_entries_parent_ref",
+RELATED = ["processed_events_pkey", "bitmap wallet_entries_source_ref", "bitmap wallet_entries_refunds_of",
            "bitmap wallet_entries_wallet", "bitmap payments_payment_id", "bitmap payments_payment_ref",
            "bitmap payments_user_id", "bitmap subscriptions_subscription_id", "bitmap subscriptions_user_id"]
 BIG = {"processed_events", "wallet_entries", "wallets", "payments", "outbox", "subscriptions"}

@@ -1,0 +1,2 @@
+-- no-transaction
+drop index concurrently if exists wallet_entries_parent_ref;
