@@ -39,7 +39,7 @@ pub(super) async fn apply(pool: &PgPool, unit: &Decoded, wake: &Wake) -> Result<
 }
 
 /// Records `event` as `rejected` for `poison`, without effects. When the
-/// claim itself is what the database refuses (the payload), the event is
+/// event's row itself is what the database refuses (its payload), the event is
 /// recorded without its payload, so that even then its retry is a
 /// `duplicate` rather than the same failure.
 async fn reject(pool: &PgPool, event: &Event, poison: &db::Poison) -> Result<Receipt, sqlx::Error> {
