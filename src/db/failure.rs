@@ -161,6 +161,11 @@ fn is_transient_sqlstate(code: &str) -> bool {
                 // try may get another connection.
                 | "26000" // invalid_sql_statement_name
                 | "42P05" // duplicate_prepared_statement
+                // The same, when the other session's statement of that name
+                // takes as many parameters of other types: every query is
+                // checked against the schema when webhookd is built, so in
+                // its own session a parameter never binds with another type.
+                | "42804" // datatype_mismatch
         )
 }
 
@@ -219,9 +224,10 @@ mod tests {
         // PgBouncer's own errors (a refused startup parameter, no server
         // connection in time, too many clients, shutting down) are 08P01,
         // 53300 or 57P01; a named statement on the wrong server connection
-        // is 26000 or 42P05.
+        // is 26000 or 42P05, or 42804 when a statement of that name there
+        // takes other parameter types.
         for code in [
-            "08P01", "53300", "57P01", "26000", "42P05", "25P03", "57P05",
+            "08P01", "53300", "57P01", "26000", "42P05", "42804", "25P03", "57P05",
         ] {
             assert_eq!(classify(&refused(code)), Failure::Transient, "{code}");
         }
