@@ -73,6 +73,8 @@ PAYLOAD = (
 claim = bind(statement("pg_try_advisory_xact_lock(hash)"), [
     "array['stripe']", f"array[{EVENT}]", "array[0, 0]::int[]", "array[1, 2]::smallint[]",
     f"array['stripe:' || 'credit:' || {INTENT}, {WALLET}]", "0::smallint",
+    # The claim's key, events::claim_key (no colon is followed by a letter).
+    f"array['event' || ':' || 'stripe' || ':' || {EVENT}]",
 ])
 waiting = bind(statement("select distinct waits_for from deferred_events"), [
     "'stripe'", f"array[{INTENT}]",

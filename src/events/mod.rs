@@ -88,6 +88,10 @@ pub async fn claim_and_lock(
 ) -> Result<Vec<usize>, sqlx::Error> {
     let providers: Vec<&str> = claims.iter().map(|c| c.event.provider()).collect();
     let event_ids: Vec<&str> = claims.iter().map(|c| c.event.event_id()).collect();
+    let claim_keys: Vec<String> = claims
+        .iter()
+        .map(|c| claim_key(c.event.provider(), c.event.event_id()))
+        .collect();
     let lock_owner: Vec<Option<i32>> = locks
         .iter()
         .map(|l| l.owner.map(|o| i32::try_from(o).unwrap_or(i32::MAX)))
@@ -100,17 +104,16 @@ pub async fn claim_and_lock(
     let rows = sqlx::query!(
         r#"
         with input as (
-            select * from unnest($1::text[], $2::text[]) with ordinality
-                as input (provider, event_id, position)
+            select * from unnest($1::text[], $2::text[], $7::text[]) with ordinality
+                as input (provider, event_id, claim_key, position)
         ), new as (
-            select (min(position) - 1)::int as index, provider, event_id
+            select (min(position) - 1)::int as index, provider, event_id, claim_key
             from input
             where not exists (select from processed_events e
                               where e.provider = input.provider and e.event_id = input.event_id)
-            group by provider, event_id
+            group by provider, event_id, claim_key
         ), lock as (
-            select $6::smallint as class,
-                   hashtextextended('event:' || provider || ':' || event_id, 0) as hash
+            select $6::smallint as class, hashtextextended(claim_key, 0) as hash
             from new
             union all
             select class, hashtextextended(key, 0)
@@ -132,6 +135,7 @@ pub async fn claim_and_lock(
         &lock_class,
         &lock_key as &[&str],
         CLAIM_LOCK_CLASS,
+        &claim_keys,
     )
     .fetch_all(&mut *conn)
     .await?;
