@@ -43,12 +43,58 @@ pub async fn upsert(
     payment: &Payment<'_>,
     receipt_event_id: Option<&str>,
 ) -> Result<Recorded, sqlx::Error> {
-    let merged = sqlx::query!(
+    let mut recorded = upsert_many(conn, &[(payment, receipt_event_id)]).await?;
+    Ok(recorded.pop().unwrap_or(Recorded::Differs))
+}
+
+/// [`upsert`] of each payment, in order, with its receipt's event: one
+/// statement when no two are one payment, else one after another.
+pub async fn upsert_many<'a>(
+    conn: &mut PgConnection,
+    payments: &[(&Payment<'a>, Option<&'a str>)],
+) -> Result<Vec<Recorded>, sqlx::Error> {
+    let mut ids: Vec<(&str, &str)> = payments
+        .iter()
+        .map(|(p, _)| (p.provider, p.payment_id))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() < payments.len() {
+        // One statement cannot change a row twice.
+        let mut recorded = Vec::with_capacity(payments.len());
+        for payment in payments {
+            recorded.extend(merge(conn, std::slice::from_ref(payment)).await?);
+        }
+        return Ok(recorded);
+    }
+    merge(conn, payments).await
+}
+
+/// [`upsert_many`] of distinct payments, in one statement.
+async fn merge<'a>(
+    conn: &mut PgConnection,
+    payments: &[(&Payment<'a>, Option<&'a str>)],
+) -> Result<Vec<Recorded>, sqlx::Error> {
+    let column =
+        |f: fn(&Payment<'a>) -> &'a str| payments.iter().map(|(p, _)| f(p)).collect::<Vec<_>>();
+    let optional = |f: fn(&Payment<'a>) -> Option<&'a str>| {
+        payments.iter().map(|(p, _)| f(p)).collect::<Vec<_>>()
+    };
+    let number =
+        |f: fn(&Payment<'a>) -> i64| payments.iter().map(|(p, _)| f(p)).collect::<Vec<_>>();
+    let created: Vec<Option<i64>> = payments.iter().map(|(p, _)| p.created).collect();
+    let receipts: Vec<Option<&str>> = payments.iter().map(|(_, r)| *r).collect();
+    let rows = sqlx::query!(
         r#"
         insert into payments as p
             (provider, payment_id, payment_ref, user_id, amount_minor, currency, status,
              refunded_minor, provider_created_at, event_id)
-        values ($1, $2, $3, $4, $5::bigint, $6, $7, least($8::bigint, $5::bigint), to_timestamp($9::bigint), $10)
+        select provider, payment_id, payment_ref, user_id, amount_minor, currency, status,
+               least(refunded_minor, amount_minor), to_timestamp(created), event_id
+        from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+                    $7::text[], $8::bigint[], $9::bigint[], $10::text[])
+            as input (provider, payment_id, payment_ref, user_id, amount_minor, currency, status,
+                      refunded_minor, created, event_id)
         on conflict (provider, payment_id) do update set
             payment_ref = coalesce(p.payment_ref, excluded.payment_ref),
             user_id = coalesce(p.user_id, excluded.user_id),
@@ -61,27 +107,35 @@ pub async fn upsert(
             event_id = coalesce(p.event_id, excluded.event_id),
             updated_at = now()
         where p.amount_minor = excluded.amount_minor and p.currency = excluded.currency
-        returning event_id
+        returning provider, payment_id, event_id
         "#,
-        payment.provider,
-        payment.payment_id,
-        payment.payment_ref,
-        payment.user_id,
-        payment.amount_minor,
-        payment.currency,
-        payment.status,
-        payment.refunded_minor,
-        payment.created,
-        receipt_event_id,
+        &column(|p| p.provider) as &[&str],
+        &column(|p| p.payment_id) as &[&str],
+        &optional(|p| p.payment_ref) as &[Option<&str>],
+        &optional(|p| p.user_id) as &[Option<&str>],
+        &number(|p| p.amount_minor),
+        &column(|p| p.currency) as &[&str],
+        &column(|p| p.status) as &[&str],
+        &number(|p| p.refunded_minor),
+        &created as &[Option<i64>],
+        &receipts as &[Option<&str>],
     )
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(match merged {
-        Some(row) => Recorded::Recorded {
-            receipt_owner: row.event_id,
-        },
-        None => Recorded::Differs,
-    })
+    Ok(payments
+        .iter()
+        .map(|(p, _)| {
+            match rows
+                .iter()
+                .find(|row| row.provider == p.provider && row.payment_id == p.payment_id)
+            {
+                Some(row) => Recorded::Recorded {
+                    receipt_owner: row.event_id.clone(),
+                },
+                None => Recorded::Differs,
+            }
+        })
+        .collect())
 }
 
 /// A payment row as the console shows it.

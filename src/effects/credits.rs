@@ -15,7 +15,7 @@ use super::effect::{Applied, Effect, Error, PaymentRecord, PlainCredit};
 use super::teach::{Taught, teach};
 use crate::ledger::{self, EntryKind, NewEntry};
 use crate::owners::Subject;
-use crate::payments::{self, Recorded};
+use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
 use crate::{events, outbox};
 
@@ -32,7 +32,8 @@ pub async fn apply_credits(
     run: &[&Decoded],
 ) -> Result<Vec<Applied>, Error> {
     let mut applied: Vec<Option<Applied>> = Vec::with_capacity(run.len());
-    let mut crediting: Vec<(usize, (&Event, &PlainCredit))> = Vec::with_capacity(run.len());
+    let mut owed: Vec<(&Event, &PlainCredit)> = Vec::with_capacity(run.len());
+    let mut captures: Vec<(usize, Payment<'_>)> = Vec::new();
     for (i, unit) in run.iter().enumerate() {
         let Effect::Credit { credit, payment } = unit.effect() else {
             return Err(Error::Invariant(
@@ -40,14 +41,28 @@ pub async fn apply_credits(
             ));
         };
         applied.push(None);
-        if let Some(payment) = payment
-            && let Some(rejected) = record_capture(conn, unit.event(), payment).await?
-        {
-            applied[i] = Some(rejected);
-            continue;
+        owed.push((unit.event(), credit));
+        if let Some(payment) = payment {
+            captures.push((i, payment.row(unit.event().provider())));
         }
-        crediting.push((i, (unit.event(), credit)));
     }
+    let rows: Vec<(&Payment<'_>, Option<&str>)> = captures
+        .iter()
+        .map(|(i, row)| (row, Some(run[*i].event().event_id())))
+        .collect();
+    for ((i, _), recorded) in captures
+        .iter()
+        .zip(payments::upsert_many(conn, &rows).await?)
+    {
+        if recorded == Recorded::Differs {
+            applied[*i] = Some(Applied::rejected(payments::DIFFERS));
+        }
+    }
+    let crediting: Vec<(usize, (&Event, &PlainCredit))> = owed
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| applied[*i].is_none())
+        .collect();
     let credits: Vec<(&Event, &PlainCredit)> = crediting.iter().map(|(_, c)| *c).collect();
     let credited = credit_all(conn, &credits).await?;
     // Credits after one that released deferred events wait for the next

@@ -63,6 +63,66 @@ impl Decoded {
     pub fn is_credit(&self) -> bool {
         matches!(self.effect, Effect::Credit { .. })
     }
+
+    /// The events it may share statements with: those of its kind.
+    pub fn set(&self) -> Set {
+        match &self.effect {
+            Effect::Credit { .. } => Set::Credits,
+            Effect::Receipt(_) => Set::Receipts,
+            other => Set::Each(std::mem::discriminant(other)),
+        }
+    }
+
+    /// The users whose wallets its effect may move, as far as the event
+    /// says: the owner it credits or teaches (the credits waiting for that
+    /// owner are released with it). A refund's is its credit's, and a
+    /// learned owner is found under the locks: neither is known here.
+    pub fn named_users(&self) -> Vec<&str> {
+        fn named(owner: &[Candidate]) -> Vec<&str> {
+            owners::first_named(owner).into_iter().collect()
+        }
+        match &self.effect {
+            Effect::Credit { credit, .. } => vec![credit.user_id.as_str()],
+            Effect::Checkout(session) => named(&session.owner),
+            Effect::InvoicePaid(invoice) => named(&invoice.owner),
+            Effect::LearnPayment { user_id, .. } | Effect::LearnCustomer { user_id, .. } => {
+                vec![user_id.as_str()]
+            }
+            Effect::Subscription { next, .. } => next.user_id.as_deref().into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Events that apply together ([`apply_set`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Set {
+    /// Credits: in order, many to a statement, two of one payment or one
+    /// wallet among them ([`apply_credits`]).
+    Credits,
+    /// Stripe charges' receipts: in order, many to a statement
+    /// ([`receipts::record_charges`]).
+    Receipts,
+    /// Any other kind: one event after another, in order.
+    Each(std::mem::Discriminant<Effect>),
+}
+
+/// Applies events of one [`Set`], in order, with their plans' locks held:
+/// the answers for a prefix, never empty when `units` is not (a set stops
+/// after an event that releases others, which apply before the rest).
+pub async fn apply_set(
+    conn: &mut PgConnection,
+    set: Set,
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, Error> {
+    match set {
+        Set::Credits => apply_credits(conn, units).await,
+        Set::Receipts => receipts::record_charges(conn, units).await,
+        Set::Each(_) => match units.first() {
+            Some(unit) => Ok(vec![apply(conn, unit).await?]),
+            None => Ok(Vec::new()),
+        },
+    }
 }
 
 /// Decodes `event`, once: its scheme's reading of its payload. An event its
@@ -299,7 +359,10 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             Ok(linked)
         }
         Effect::Status(payment) => credits::record_status(conn, event, payment).await,
-        Effect::Receipt(charge) => receipts::record_charge(conn, event, charge).await,
+        Effect::Receipt(_) => receipts::record_charges(conn, &[unit])
+            .await?
+            .pop()
+            .ok_or(Error::Invariant("a receipt has no outcome")),
         Effect::ChargeRefund(charge) => refunds::debit_charge_refund(conn, event, charge).await,
         Effect::Refund { refund, row } => refunds::debit_own_refund(conn, event, refund, row).await,
         Effect::InvoicePaid(invoice) => invoices::announce_paid(conn, event, invoice).await,

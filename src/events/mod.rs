@@ -325,7 +325,8 @@ pub async fn record_outcome(
     record_outcomes(conn, &[recorded]).await
 }
 
-/// Which of `waits_for` (keys of `provider`'s credits) have events waiting.
+/// Which of `waits_for` (what `provider`'s deferred events wait for: a
+/// credit's key, an owner's) have events waiting.
 pub async fn waiting(
     conn: &mut PgConnection,
     provider: &str,

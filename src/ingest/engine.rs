@@ -9,10 +9,11 @@
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
+use super::schedule::Schedule;
 use super::{Error, locks, release};
 use crate::effects::{self, Applied, Decoded};
 use crate::events::{self, Claim, Outcome};
-use crate::{db, ledger, outbox};
+use crate::{db, ledger, outbox, owners};
 
 /// How a transaction of many events begins (one round trip):
 /// - it waits at most 1 s for any one lock (a row another session holds, a
@@ -115,11 +116,16 @@ pub(super) async fn prepare(
 ) -> Result<Prepared, Error> {
     let lease_secs = wake.lease_secs();
     let attempts = async {
+        let mut arrival = false;
         for _ in 0..ATTEMPTS {
             let handed = outbox::handoff::mark();
-            match apply(pool, units, begin).await? {
-                Some(prepared) => return Ok(prepared),
-                None => outbox::handoff::forget_since(handed),
+            match apply(pool, units, begin, arrival).await? {
+                Attempt::Prepared(prepared) => return Ok(prepared),
+                Attempt::Recorded => outbox::handoff::forget_since(handed),
+                Attempt::Crossed => {
+                    outbox::handoff::forget_since(handed);
+                    arrival = true;
+                }
             }
         }
         Err(Error::Invariant(
@@ -133,55 +139,84 @@ pub(super) async fn prepare(
     Ok(prepared)
 }
 
-/// How many times [`prepare`] runs a transaction whose claimed events were
-/// recorded meanwhile.
+/// How many times [`prepare`] runs a transaction that rolled back before
+/// its commit ([`Attempt`]).
 const ATTEMPTS: usize = 3;
 
-/// [`prepare`], once its outbox rows' lease is decided: `None` when it
-/// rolled back because a claimed event was recorded meanwhile.
+/// How one run of a transaction ended.
+enum Attempt {
+    Prepared(Prepared),
+    /// Rolled back: a claimed event was recorded meanwhile (it is a
+    /// `duplicate` when run again).
+    Recorded,
+    /// Rolled back: an owner learned anew released credits after events
+    /// had been moved past it ([`Schedule::crossed`]); it runs again in
+    /// arrival order.
+    Crossed,
+}
+
+/// [`prepare`], once its outbox rows' lease is decided: its events by kind
+/// ([`Schedule::by_kind`]), or in `arrival` order.
 async fn apply(
     pool: &PgPool,
     units: &[&Decoded],
     begin: &'static str,
-) -> Result<Option<Prepared>, Error> {
+    arrival: bool,
+) -> Result<Attempt, Error> {
     let mut outcomes = vec![Outcome::Duplicate; units.len()];
-    let nothing = |outcomes| Prepared {
-        tx: None,
-        outcomes,
-        leased: false,
-        handed: Vec::new(),
+    let nothing = |outcomes| {
+        Attempt::Prepared(Prepared {
+            tx: None,
+            outcomes,
+            leased: false,
+            handed: Vec::new(),
+        })
     };
     if units.is_empty() {
-        return Ok(Some(nothing(outcomes)));
+        return Ok(nothing(outcomes));
     }
     let claims: Vec<Claim<'_>> = units.iter().map(|unit| Claim::of(unit.event())).collect();
     let mut tx = db::begin_with(pool, begin).await?;
-    let claimed = locks::claim_and_lock(&mut tx, &claims, units).await?;
+    let locked = locks::claim_and_lock(&mut tx, &claims, units).await?;
+    let claimed = locked.claimed;
     if claimed.is_empty() {
         tx.rollback().await?;
-        return Ok(Some(nothing(outcomes)));
+        return Ok(nothing(outcomes));
     }
     let claimed_units: Vec<&Decoded> = claimed.iter().map(|&i| units[i]).collect();
+    let schedule = match arrival {
+        true => Schedule::arrival(&claimed_units),
+        false => Schedule::by_kind(&claimed_units, &locked.owners),
+    };
+    // Claimed event `schedule.order[k]` is the `k`-th applied.
+    let in_order: Vec<usize> = schedule.order.iter().map(|&k| claimed[k]).collect();
+    let ordered: Vec<&Decoded> = in_order.iter().map(|&i| units[i]).collect();
     let mut unwritten = Unwritten {
-        claims: claimed.iter().map(|&i| &claims[i]).collect(),
+        claims: in_order.iter().map(|&i| &claims[i]).collect(),
         written: 0,
     };
-    let Some(applied) = apply_in_order(&mut tx, &claimed_units, Some(&mut unwritten)).await? else {
-        tx.rollback().await?;
-        return Ok(None);
+    let applied = match apply_in_order(&mut tx, &ordered, &schedule, Some(&mut unwritten)).await? {
+        Applying::Applied(applied) => applied,
+        stopped => {
+            tx.rollback().await?;
+            return Ok(match stopped {
+                Applying::Crossed => Attempt::Crossed,
+                _ => Attempt::Recorded,
+            });
+        }
     };
-    if applied.len() != claimed_units.len() {
+    if applied.len() != ordered.len() {
         // Never commit a claimed event without its outcome.
         return Err(Error::Invariant("a claimed event has no outcome"));
     }
     if !unwritten.write(&mut tx, &applied).await? {
         tx.rollback().await?;
-        return Ok(None);
+        return Ok(Attempt::Recorded);
     }
-    for (&i, applied) in claimed.iter().zip(&applied) {
+    for (&i, applied) in in_order.iter().zip(&applied) {
         outcomes[i] = applied.outcome;
     }
-    Ok(Some(Prepared {
+    Ok(Attempt::Prepared(Prepared {
         tx: Some(tx),
         outcomes,
         leased: false,
@@ -254,51 +289,89 @@ impl Reapplied<'_> {
 pub(super) async fn reapply<'a>(pool: &PgPool, unit: &'a Decoded) -> Result<Reapplied<'a>, Error> {
     let mut tx = db::begin_with(pool, BEGIN_ONE).await?;
     locks::claim_and_lock(&mut tx, &[], &[unit]).await?;
-    let applied = apply_in_order(&mut tx, &[unit], None)
-        .await?
-        .and_then(|mut applied| applied.pop())
-        .ok_or(Error::Invariant("a replayed event has no outcome"))?;
+    let schedule = Schedule::arrival(&[unit]);
+    let applied = match apply_in_order(&mut tx, &[unit], &schedule, None).await? {
+        Applying::Applied(mut applied) => applied.pop(),
+        _ => None,
+    }
+    .ok_or(Error::Invariant("a replayed event has no outcome"))?;
     Ok(Reapplied { tx, unit, applied })
 }
 
-/// Applies each event in order; consecutive credits share their statements
-/// ([`effects::apply_credits`]), with the same result as one at a time; the
-/// events a credit releases apply right after it, before anything else,
+/// How [`apply_in_order`] ended.
+enum Applying {
+    /// Each event's result, in the order applied.
+    Applied(Vec<Applied>),
+    /// One of the claimed events before a release was recorded meanwhile.
+    Recorded,
+    /// An owner learned anew would release credits past events moved
+    /// across it ([`Schedule::crossed`]).
+    Crossed,
+}
+
+/// Applies `units` (in `schedule`'s order) set by set
+/// ([`effects::apply_set`]), with the same result as one at a time; the
+/// events an event releases apply right after it, before anything else,
 /// once the rows of the claimed events before it are written
-/// (`unwritten`). `None`: one of those was recorded meanwhile.
+/// (`unwritten`).
 async fn apply_in_order(
     conn: &mut PgConnection,
     units: &[&Decoded],
+    schedule: &Schedule,
     mut unwritten: Option<&mut Unwritten<'_>>,
-) -> Result<Option<Vec<Applied>>, Error> {
+) -> Result<Applying, Error> {
     let mut applied = Vec::with_capacity(units.len());
-    let mut rest = units;
-    while !rest.is_empty() {
-        let credits = rest
-            .iter()
-            .position(|unit| !unit.is_credit())
-            .unwrap_or(rest.len());
-        let done = match credits {
-            0 => vec![effects::apply(conn, rest[0]).await?],
-            run => effects::apply_credits(conn, &rest[..run]).await?,
-        };
-        if done.is_empty() {
-            return Err(Error::Invariant("a run of credits answered none"));
-        }
-        for (unit, mut result) in rest.iter().zip(done) {
-            if !result.releases.is_empty() {
-                if let Some(unwritten) = unwritten.as_deref_mut()
-                    && !unwritten.write(conn, &applied).await?
-                {
-                    return Ok(None);
-                }
-                release::waiting(conn, unit.event(), &mut result).await?;
+    let mut end = 0;
+    for &(set, len) in &schedule.sets {
+        end += len;
+        while applied.len() < end {
+            let rest = units
+                .get(applied.len()..end)
+                .ok_or(Error::Invariant("a set runs past its events"))?;
+            let done = effects::apply_set(conn, set, rest).await?;
+            if done.is_empty() || done.len() > rest.len() {
+                return Err(Error::Invariant(
+                    "a set of events answered none or too many",
+                ));
             }
-            applied.push(result);
+            for (unit, mut result) in rest.iter().zip(done) {
+                if !result.releases.is_empty() {
+                    if schedule.crossed(applied.len())
+                        && releases_credits(conn, unit, &result.releases).await?
+                    {
+                        return Ok(Applying::Crossed);
+                    }
+                    if let Some(unwritten) = unwritten.as_deref_mut()
+                        && !unwritten.write(conn, &applied).await?
+                    {
+                        return Ok(Applying::Recorded);
+                    }
+                    release::waiting(conn, unit.event(), &mut result).await?;
+                }
+                applied.push(result);
+            }
         }
-        rest = &units[applied.len()..];
     }
-    Ok(Some(applied))
+    Ok(Applying::Applied(applied))
+}
+
+/// Whether `releases` (what `unit` applied releases) frees credits waiting
+/// for an owner learned anew: rows of keys outside `unit`'s plan.
+async fn releases_credits(
+    conn: &mut PgConnection,
+    unit: &Decoded,
+    releases: &[String],
+) -> Result<bool, Error> {
+    let learned: Vec<&str> = releases
+        .iter()
+        .map(String::as_str)
+        .filter(|key| owners::is_wait_key(key))
+        .collect();
+    if learned.is_empty() {
+        return Ok(false);
+    }
+    let waiting = events::waiting(conn, unit.event().provider(), &learned).await?;
+    Ok(!waiting.is_empty())
 }
 
 /// The keys `unit` shares with others: its event id, its plan's keys and

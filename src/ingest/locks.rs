@@ -13,16 +13,16 @@ use crate::{ledger, owners};
 
 /// Claims `claims` (none: a replay) and takes the locks of `units` (the
 /// claims' events, or the replayed one): of the claimed events only, when
-/// claiming. Returns the indexes of the claimed ones. The wallets are
-/// locked in the same statement when every one is known up front; a
-/// refund's wallet is its credit's, found once the credit's key is held, so
-/// a transaction with a refund locks all its wallets in a second statement
-/// (never some in each: the wallet class is taken in one sorted sweep).
+/// claiming. The wallets are locked in the same statement when every one
+/// is known up front; a refund's wallet is its credit's, found once the
+/// credit's key is held, so a transaction with a refund locks all its
+/// wallets in a second statement (never some in each: the wallet class is
+/// taken in one sorted sweep).
 pub(super) async fn claim_and_lock(
     conn: &mut PgConnection,
     claims: &[Claim<'_>],
     units: &[&Decoded],
-) -> Result<Vec<usize>, sqlx::Error> {
+) -> Result<Locked, sqlx::Error> {
     let claiming = !claims.is_empty();
     let debits = units.iter().any(|unit| {
         let plan = unit.plan();
@@ -31,15 +31,25 @@ pub(super) async fn claim_and_lock(
     let owner = |i: usize| claiming.then_some(i);
     let locks = locks(units, owner, !debits);
     let claimed = events::claim_and_lock(conn, claims, &locks).await?;
-    if debits {
-        let locked: Vec<&Decoded> = if claiming {
-            claimed.iter().map(|&i| units[i]).collect()
-        } else {
-            units.to_vec()
-        };
-        lock_wallets(conn, &locked).await?;
-    }
-    Ok(claimed)
+    let locked: Vec<&Decoded> = match claiming {
+        true => claimed.iter().map(|&i| units[i]).collect(),
+        false => units.to_vec(),
+    };
+    let owners = match debits {
+        true => lock_wallets(conn, &locked).await?,
+        false => vec![None; locked.len()],
+    };
+    Ok(Locked { claimed, owners })
+}
+
+/// What [`claim_and_lock`] took.
+pub(super) struct Locked {
+    /// The indexes of the claimed events (none for a replay).
+    pub claimed: Vec<usize>,
+    /// For each claimed event in that order (each unit, for a replay): the
+    /// owner whose wallet a refund or
+    /// a credit with a learned owner moves, when the lock found one.
+    pub owners: Vec<Option<String>>,
 }
 
 /// The key locks of `units` (and their wallets' when `with_wallets`), each
@@ -69,14 +79,17 @@ fn locks(
 }
 
 /// Locks every wallet `units` credit or debit, in one sorted sweep: a
-/// learned owner's is found first, with its key held.
-async fn lock_wallets(conn: &mut PgConnection, units: &[&Decoded]) -> Result<(), sqlx::Error> {
-    let mut found = Vec::new();
-    for unit in units {
-        if let Some((candidates, currency)) = &unit.plan().finds_owner
-            && let Some(owner) = owners::resolve(conn, unit.event().provider(), candidates).await?
-        {
-            found.push((owner, currency.as_str()));
+/// learned owner's is found first, with its key held. Returns, for each
+/// unit, the owner of the wallet it debits or whose owner it learns, when
+/// one is known.
+async fn lock_wallets(
+    conn: &mut PgConnection,
+    units: &[&Decoded],
+) -> Result<Vec<Option<String>>, sqlx::Error> {
+    let mut owners = vec![None; units.len()];
+    for (unit, owner) in units.iter().zip(&mut owners) {
+        if let Some((candidates, _)) = &unit.plan().finds_owner {
+            *owner = owners::resolve(conn, unit.event().provider(), candidates).await?;
         }
     }
     let wallets: Vec<(&str, &str)> = units
@@ -85,14 +98,27 @@ async fn lock_wallets(conn: &mut PgConnection, units: &[&Decoded]) -> Result<(),
             let wallets = &unit.plan().wallets;
             wallets.iter().map(|(u, c)| (u.as_str(), c.as_str()))
         })
-        .chain(found.iter().map(|(u, c)| (u.as_str(), *c)))
+        .chain(units.iter().zip(&owners).filter_map(|(unit, owner)| {
+            let (_, currency) = unit.plan().finds_owner.as_ref()?;
+            Some((owner.as_deref()?, currency.as_str()))
+        }))
         .collect();
     let debited: Vec<(&str, &str)> = units
         .iter()
         .filter_map(|unit| Some((unit.event().provider(), unit.plan().debits.as_deref()?)))
         .collect();
     if wallets.is_empty() && debited.is_empty() {
-        return Ok(());
+        return Ok(owners);
     }
-    ledger::lock_wallets(conn, &wallets, &debited).await
+    let credited = ledger::lock_wallets(conn, &wallets, &debited).await?;
+    for (unit, owner) in units.iter().zip(&mut owners) {
+        let provider = unit.event().provider();
+        if let Some(payment) = unit.plan().debits.as_deref() {
+            *owner = credited
+                .iter()
+                .find(|c| c.provider == provider && c.source_ref == payment)
+                .map(|c| c.user_id.clone());
+        }
+    }
+    Ok(owners)
 }

@@ -20,6 +20,7 @@ pub mod owner_wait;
 mod receipt;
 mod release;
 mod replay;
+mod schedule;
 
 use sqlx::PgPool;
 

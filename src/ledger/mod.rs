@@ -146,8 +146,15 @@ pub async fn owners(
 ) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"
-        select source_ref, event_id from wallet_entries
-        where provider = $1 and kind = $2 and source_ref = any($3::text[])
+        select wanted.source_ref as "source_ref!", e.event_id
+        from unnest($3::text[]) as wanted (source_ref)
+        -- One natural-key lookup per ref: a generic plan of `= any(...)`
+        -- may scan another index.
+        cross join lateral (
+            select event_id from wallet_entries w
+            where w.provider = $1 and w.kind = $2 and w.source_ref = wanted.source_ref
+            limit 1
+        ) as e
         "#,
         provider,
         kind.as_str(),
@@ -176,44 +183,70 @@ pub fn wallet_key(user_id: &str, currency: &str) -> String {
 /// `credits_of` (`(provider, source_ref)`), in one statement, in the global
 /// lock order (class [`WALLET_LOCK_CLASS`], by hash). Call with the
 /// credits' locks held, so that no credit of `credits_of` appears meanwhile.
+/// Returns the owners of those of `credits_of` that exist.
 pub async fn lock_wallets(
     conn: &mut PgConnection,
     wallets: &[(&str, &str)],
     credits_of: &[(&str, &str)],
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<CreditOwner>, sqlx::Error> {
     let keys: Vec<String> = wallets.iter().map(|(u, c)| wallet_key(u, c)).collect();
     let providers: Vec<&str> = credits_of.iter().map(|(p, _)| *p).collect();
     let refs: Vec<&str> = credits_of.iter().map(|(_, r)| *r).collect();
-    sqlx::query!(
+    let rows = sqlx::query!(
         r#"
-        select count(*) as "locked!" from (
-            select pg_advisory_xact_lock(hash) from (
-                select distinct hashtextextended(key, 0) as hash from (
-                    select key from unnest($1::text[]) as key
-                    union
-                    -- the key of wallet_key
-                    -- One natural-key lookup per credit, whatever the
-                    -- statistics say about the table.
-                    select 'wallet:' || e.user_id || ':' || e.currency
-                    from unnest($2::text[], $3::text[]) as credit (provider, source_ref)
-                    cross join lateral (
-                        select user_id, currency from wallet_entries w
-                        where w.provider = credit.provider and w.kind = 'credit'
-                          and w.source_ref = credit.source_ref
-                        limit 1  -- never flattened into a join
-                    ) as e
-                ) as keys
-                order by hash
-            ) as sorted
-        ) as locked
+        with debited as (
+            -- One natural-key lookup per credit, whatever the statistics
+            -- say about the table.
+            select credit.provider, credit.source_ref, e.user_id, e.currency
+            from unnest($2::text[], $3::text[]) as credit (provider, source_ref)
+            cross join lateral (
+                select user_id, currency from wallet_entries w
+                where w.provider = credit.provider and w.kind = 'credit'
+                  and w.source_ref = credit.source_ref
+                limit 1  -- never flattened into a join
+            ) as e
+        ), locked as (
+            -- Volatile, so evaluated once and whole, before any row below.
+            select count(*) as n from (
+                select pg_advisory_xact_lock(hash) from (
+                    select distinct hashtextextended(key, 0) as hash from (
+                        select key from unnest($1::text[]) as key
+                        union
+                        -- the key of wallet_key
+                        select 'wallet:' || user_id || ':' || currency from debited
+                    ) as keys
+                    order by hash
+                ) as sorted
+            ) as taken
+        )
+        select debited.provider as "provider?", debited.source_ref as "source_ref?",
+               debited.user_id as "user_id?"
+        from locked left join debited on true
         "#,
         &keys,
         &providers as &[&str],
         &refs as &[&str],
     )
-    .fetch_one(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(())
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            Some(CreditOwner {
+                provider: row.provider?,
+                source_ref: row.source_ref?,
+                user_id: row.user_id?,
+            })
+        })
+        .collect())
+}
+
+/// Whose wallet a payment's credit moved ([`lock_wallets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreditOwner {
+    pub provider: String,
+    pub source_ref: String,
+    pub user_id: String,
 }
 
 /// The entry with this natural key, if any.

@@ -10,5 +10,6 @@ pub mod decoded_once;
 pub mod parity;
 pub mod poison;
 pub mod running;
+pub mod schedule;
 pub mod transaction;
 pub mod unavailable;

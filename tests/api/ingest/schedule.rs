@@ -1,0 +1,161 @@
+//! A batch applies each kind's events together, and moves an event only
+//! past events it shares nothing with: every wallet's entries and balances
+//! come out in arrival order, whether a refund's wallet is known from the
+//! database or from a credit earlier in the batch; an owner learned anew
+//! that releases a waiting credit sends the batch back to arrival order
+//! when events were moved past it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use webhookd::ingest;
+use webhookd::providers::{Event, Receiver};
+
+use crate::effects::checkout::objects::{customer_object, intent_object_at};
+use crate::helpers::{assert_consistent, charge, now, payment_intent_succeeded};
+
+fn stripe(event_id: &str, event_type: &str, body: String) -> Event {
+    Event::from_stored("stripe", event_id, event_type, Bytes::from(body)).unwrap()
+}
+
+fn credit(event_id: &str, intent: &str, user_id: &str, amount: i64) -> Event {
+    let body = payment_intent_succeeded(event_id, intent, user_id, amount);
+    stripe(event_id, "payment_intent.succeeded", body)
+}
+
+fn charged(event_id: &str, event_type: &str, id: &str, intent: &str, refunded: i64) -> Event {
+    stripe(
+        event_id,
+        event_type,
+        charge(event_id, event_type, id, intent, 1000, refunded),
+    )
+}
+
+/// Ingests `events` as one batch: each one's outcome.
+async fn batch(pool: &PgPool, events: &[Event]) -> Vec<String> {
+    ingest::ingest_batch(pool, events)
+        .await
+        .into_iter()
+        .map(|answer| answer.unwrap().outcome.as_str().to_owned())
+        .collect()
+}
+
+/// Each `wallet.*` announcement of `user_id`, in the order written: the
+/// balance it announces.
+async fn announced_balances(pool: &PgPool, user_id: &str) -> Vec<i64> {
+    sqlx::query_scalar(
+        "select (payload->>'balance_minor')::bigint from outbox
+         where topic like 'wallet.%' and payload->>'user_id' = $1 order by id",
+    )
+    .bind(user_id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The outcome and detail event `event_id` was recorded with.
+async fn recorded(pool: &PgPool, event_id: &str) -> (String, Value) {
+    sqlx::query_as("select outcome, detail from processed_events where event_id = $1")
+        .bind(event_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The id of the entry event `event_id` posted.
+async fn entry_of(pool: &PgPool, event_id: &str) -> i64 {
+    sqlx::query_scalar("select id from wallet_entries where event_id = $1")
+        .bind(event_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn credits_move_ahead_of_refunds_but_never_past_one_of_their_own_wallet(pool: PgPool) {
+    batch(&pool, &[credit("evt_e", "pi_e", "user_3", 600)]).await;
+    let events = [
+        credit("evt_a", "pi_a", "user_1", 1000),
+        // Its wallet is known from the credit before it in this batch.
+        charged("evt_a_refund", "charge.refunded", "ch_a", "pi_a", 300),
+        credit("evt_b", "pi_b", "user_1", 500),
+        // Its wallet is known from the database, once its credit is locked.
+        charged("evt_e_refund", "charge.refunded", "ch_e", "pi_e", 100),
+        credit("evt_f", "pi_f", "user_3", 50),
+        charged("evt_a_charge", "charge.succeeded", "ch_a", "pi_a", 300),
+        credit("evt_g", "pi_g", "user_2", 200),
+    ];
+    let outcomes = batch(&pool, &events).await;
+    assert_eq!(
+        outcomes,
+        [
+            "processed",
+            "processed",
+            "processed",
+            "processed",
+            "processed",
+            "ignored",
+            "processed"
+        ]
+    );
+    // Each wallet's announcements in arrival order, with the balance right
+    // after each entry.
+    assert_eq!(announced_balances(&pool, "user_1").await, [1000, 700, 1200]);
+    assert_eq!(announced_balances(&pool, "user_3").await, [600, 500, 550]);
+    assert_eq!(announced_balances(&pool, "user_2").await, [200]);
+    // The credit of another wallet did move: it shared the first credits'
+    // statements, ahead of the refund that arrived before it.
+    assert!(entry_of(&pool, "evt_g").await < entry_of(&pool, "evt_a_refund").await);
+    assert!(entry_of(&pool, "evt_b").await > entry_of(&pool, "evt_a_refund").await);
+    assert!(entry_of(&pool, "evt_f").await > entry_of(&pool, "evt_e_refund").await);
+    assert_consistent(&pool).await;
+}
+
+/// The event `object` of `event_type` as a source whose owner rule reads
+/// the customer receives it.
+fn by_customer(event_id: &str, event_type: &str, object: Value) -> Event {
+    let body = json!({
+        "id": event_id, "object": "event", "api_version": "2024-06-20", "created": now(),
+        "data": { "object": object }, "livemode": false, "type": event_type,
+    });
+    let receiver = Receiver {
+        name: "stripe".into(),
+        record_only: false,
+        owner: Some("metadata.user_id,customer".parse().unwrap()),
+        invoice_credits: false,
+    };
+    stripe(event_id, event_type, body.to_string()).received_by(Some(Arc::new(receiver)))
+}
+
+#[sqlx::test]
+async fn a_charge_moved_ahead_of_an_owner_learned_in_its_batch_still_sees_the_credit_it_releases(
+    pool: PgPool,
+) {
+    let intent = intent_object_at("pi_x", Some("cus_x"), 1000, now());
+    let waiting = by_customer("evt_x_pi", "payment_intent.succeeded", intent);
+    assert_eq!(batch(&pool, &[waiting]).await, ["deferred"]);
+    let events = [
+        charged("evt_0_charge", "charge.succeeded", "ch_0", "pi_0", 0),
+        // Teaches cus_x's owner, which releases the credit of pi_x.
+        by_customer(
+            "evt_x_customer",
+            "customer.created",
+            customer_object("cus_x", Some("user_x"), now()),
+        ),
+        charged("evt_x_charge", "charge.succeeded", "ch_x", "pi_x", 0),
+    ];
+    // The two charges would share their statements, the second ahead of
+    // the customer: it would not see the credit the customer releases.
+    let outcomes = batch(&pool, &events).await;
+    assert_eq!(outcomes, ["processed", "processed", "ignored"]);
+    let (outcome, detail) = recorded(&pool, "evt_x_charge").await;
+    assert_eq!(outcome, "ignored");
+    assert_eq!(detail["owner_event_id"], "evt_x_pi");
+    let (outcome, detail) = recorded(&pool, "evt_x_pi").await;
+    assert_eq!(outcome, "processed");
+    assert_eq!(detail["applied_by"], "evt_x_customer");
+    assert_eq!(announced_balances(&pool, "user_x").await, [1000]);
+    assert_consistent(&pool).await;
+}
