@@ -76,8 +76,8 @@ claim = bind(statement("pg_try_advisory_xact_lock(hash)"), [
     # The claim's key, events::claim_key (no colon is followed by a letter).
     f"array['event' || ':' || 'stripe' || ':' || {EVENT}]",
 ])
-waiting = bind(statement("select distinct waits_for from deferred_events"), [
-    "'stripe'", f"array[{INTENT}]",
+waiting = bind(statement("select 1 from deferred_events d"), [
+    "array['stripe']", f"array[{INTENT}]",
 ])
 post = bind(statement("insert into wallet_entries\n"), [
     f"array[{USER}]", "array['USD']", "array[:amount::bigint]", "array['credit']", "array['stripe']",

@@ -24,9 +24,9 @@ use crate::{events, outbox};
 /// one (a payment stored with another amount or currency rejects its
 /// event), then the credits. Payment rows and credits touch different
 /// tables, so the result is that of one event at a time. Answers a prefix
-/// of `run` (never empty when `run` is not): it stops after a credit that
-/// releases deferred events ([`Applied::releases`]), which apply before the
-/// rest. Call with their plans' locks held.
+/// of `run` (never empty when `run` is not): it stops before a credit of a
+/// wallet or payment whose credit earlier in the run releases deferred
+/// events ([`Applied::releases`]), which apply first. Call with their plans' locks held.
 pub async fn apply_credits(
     conn: &mut PgConnection,
     run: &[&Decoded],
@@ -65,7 +65,7 @@ pub async fn apply_credits(
         .collect();
     let credits: Vec<(&Event, &PlainCredit)> = crediting.iter().map(|(_, c)| *c).collect();
     let credited = credit_all(conn, &credits).await?;
-    // Credits after one that released deferred events wait for the next
+    // The credits stopped before what a credit releases wait for the next
     // run, and so do the events after them.
     let end = match crediting.get(credited.len()) {
         Some((next, _)) => *next,
@@ -117,11 +117,11 @@ pub(super) async fn record_status(
 /// number: the entries and wallets in one, the `wallet.credited` rows (each
 /// with the balance right after its entry) in one. Of two events crediting
 /// one payment, the first in `credits` (or before) owns the credit; the
-/// other is `ignored` with the owner. It stops after the first credit that
-/// events were deferred for ([`Applied::releases`]), so that they apply
-/// before the credits after it are posted, exactly as one credit per
-/// transaction would: the answers are for a prefix of `credits`, never
-/// empty when `credits` is not. Call with the credits' and wallets' locks
+/// other is `ignored` with the owner. The events deferred for a credit
+/// ([`Applied::releases`]) apply after the answers, before any later credit
+/// of its wallet or payment is posted ([`released_before`]), exactly as one
+/// credit per transaction would leave them: the answers are for a prefix
+/// of `credits`, never empty when `credits` is not. Call with the credits' and wallets' locks
 /// held (the engine takes them), so that every credit and deferred refund
 /// committed before is seen.
 async fn credit_all(
@@ -142,11 +142,7 @@ async fn credit_all(
         })
         .collect();
     let waiting = waiting_for(conn, &entries).await?;
-    // Up to and including the first credit that events wait for.
-    let mut end = entries
-        .iter()
-        .position(|e| waiting.contains(&(e.provider, e.source_ref)))
-        .map_or(entries.len(), |i| i + 1);
+    let mut end = released_before(&entries, &waiting);
     // The customers the credits name teach their owner; one learned anew
     // releases what waits for it, so it ends the run too.
     let mut taught = Vec::with_capacity(end);
@@ -179,6 +175,28 @@ async fn credit_all(
         .collect())
 }
 
+/// How many of `entries` post before the events `waiting` for some of them
+/// apply: up to the first entry of a wallet or a payment that one waited
+/// for before it credits. What waits for a credit (its refunds) touches
+/// only that payment and its wallet, so it may apply after the credits of
+/// other wallets and payments, as it would right after its credit.
+fn released_before(entries: &[NewEntry<'_>], waiting: &HashSet<(&str, &str)>) -> usize {
+    let mut released: Vec<&NewEntry<'_>> = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let touches = |r: &&NewEntry<'_>| {
+            (r.user_id == entry.user_id && r.currency == entry.currency)
+                || (r.provider == entry.provider && r.source_ref == entry.source_ref)
+        };
+        if released.iter().any(touches) {
+            return i;
+        }
+        if waiting.contains(&(entry.provider, entry.source_ref)) {
+            released.push(entry);
+        }
+    }
+    entries.len()
+}
+
 /// Applies one credit as a run of one ([`credit_all`]).
 pub(super) async fn credit_one(
     conn: &mut PgConnection,
@@ -198,40 +216,15 @@ async fn post_credits(
     credits: &[(&Event, &PlainCredit)],
     waiting: &HashSet<(&str, &str)>,
 ) -> Result<Vec<Applied>, Error> {
-    let posted = ledger::post(conn, entries).await?;
-    let payloads: Vec<Option<Value>> = entries
-        .iter()
-        .zip(&posted)
-        .zip(credits)
-        .map(|((entry, posted), (_, credit))| {
-            posted.map(|posted| announcement(entry, posted, credit.context.clone()))
-        })
-        .collect();
-    let wallets: Vec<String> = entries
-        .iter()
-        .map(|e| ledger::wallet_key(e.user_id, e.currency))
-        .collect();
-    let messages: Vec<outbox::Message<'_>> = entries
-        .iter()
-        .zip(&payloads)
-        .zip(&wallets)
-        .zip(credits)
-        .filter_map(|(((entry, payload), wallet), (event, _))| {
-            Some(outbox::Message {
-                topic: "wallet.credited",
-                provider: entry.provider,
-                event_id: entry.event_id,
-                event_type: Some(event.event_type()),
-                payload: payload.as_ref()?,
-                ordering_key: Some(wallet),
-            })
-        })
-        .collect();
-    let mut outbox_ids = outbox::enqueue(conn, &messages).await?.into_iter();
-    let owners = owners_of_unposted(conn, entries, &posted).await?;
+    let events: Vec<&Event> = credits.iter().map(|(event, _)| *event).collect();
+    let contexts: Vec<Value> = credits.iter().map(|(_, c)| c.context.clone()).collect();
+    let posted = post_announced(conn, entries, "wallet.credited", &events, contexts).await?;
+    let entries_posted: Vec<Option<ledger::Posted>> =
+        posted.iter().map(|p| p.map(|(p, _)| p)).collect();
+    let owners = owners_of_unposted(conn, entries, &entries_posted).await?;
     let mut applied = Vec::with_capacity(entries.len());
-    for (entry, posted) in entries.iter().zip(&posted) {
-        let Some(posted) = posted else {
+    for (entry, posted) in entries.iter().zip(posted) {
+        let Some((posted, outbox_id)) = posted else {
             let owner = owners
                 .get(&(entry.provider, entry.source_ref))
                 .ok_or(Error::Invariant(
@@ -243,7 +236,6 @@ async fn post_credits(
             ));
             continue;
         };
-        let outbox_id = outbox_ids.next().flatten();
         let mut credited = Applied::processed(json!({
             "entry_id": posted.entry_id,
             "balance_minor": posted.balance_minor,
@@ -294,29 +286,18 @@ fn unposted_by_provider<'a>(
 }
 
 /// Which of the credits' payments have events waiting for them
-/// (`(provider, key)`).
+/// (`(provider, key)`), in one statement.
 async fn waiting_for<'a>(
     conn: &mut PgConnection,
     entries: &[NewEntry<'a>],
 ) -> Result<HashSet<(&'a str, &'a str)>, Error> {
-    let mut providers: Vec<&str> = entries.iter().map(|e| e.provider).collect();
-    providers.sort_unstable();
-    providers.dedup();
-    let mut waiting = HashSet::new();
-    for provider in providers {
-        let refs: Vec<&str> = entries
-            .iter()
-            .filter(|e| e.provider == provider)
-            .map(|e| e.source_ref)
-            .collect();
-        let found = events::waiting(conn, provider, &refs).await?;
-        waiting.extend(
-            refs.into_iter()
-                .filter(|r| found.contains(*r))
-                .map(|r| (provider, r)),
-        );
-    }
-    Ok(waiting)
+    let keys: Vec<(&str, &str)> = entries.iter().map(|e| (e.provider, e.source_ref)).collect();
+    let found = events::waiting_any(conn, &keys).await?;
+    Ok(entries
+        .iter()
+        .map(|e| (e.provider, e.source_ref))
+        .filter(|(provider, key)| found.contains(&((*provider).to_owned(), (*key).to_owned())))
+        .collect())
 }
 
 /// The `wallet.*` payload of a posted entry: `{user_id, currency,
@@ -335,6 +316,55 @@ pub(super) fn announcement(entry: &NewEntry<'_>, posted: ledger::Posted, context
     payload
 }
 
+/// Posts `entries` in order (those of `events`) and writes a `topic`
+/// outbox row for each that posted ([`announcement`], with its `contexts`
+/// entry), in two statements whatever their number: for each entry, the
+/// posted entry and its outbox id.
+pub(super) async fn post_announced(
+    conn: &mut PgConnection,
+    entries: &[NewEntry<'_>],
+    topic: &str,
+    events: &[&Event],
+    contexts: Vec<Value>,
+) -> Result<Vec<Option<(ledger::Posted, Option<i64>)>>, Error> {
+    let posted = ledger::post(conn, entries).await?;
+    let payloads: Vec<Option<Value>> = entries
+        .iter()
+        .zip(&posted)
+        .zip(contexts)
+        .map(|((entry, posted), context)| posted.map(|posted| announcement(entry, posted, context)))
+        .collect();
+    let wallets: Vec<String> = entries
+        .iter()
+        .map(|e| ledger::wallet_key(e.user_id, e.currency))
+        .collect();
+    let messages: Vec<outbox::Message<'_>> = entries
+        .iter()
+        .zip(&payloads)
+        .zip(&wallets)
+        .zip(events)
+        .filter_map(|(((entry, payload), wallet), event)| {
+            Some(outbox::Message {
+                topic,
+                provider: entry.provider,
+                event_id: entry.event_id,
+                event_type: Some(event.event_type()),
+                payload: payload.as_ref()?,
+                ordering_key: Some(wallet),
+            })
+        })
+        .collect();
+    let mut outbox_ids = match messages.is_empty() {
+        true => Vec::new(),
+        false => outbox::enqueue(conn, &messages).await?,
+    }
+    .into_iter();
+    Ok(posted
+        .into_iter()
+        .map(|posted| Some((posted?, outbox_ids.next().flatten())))
+        .collect())
+}
+
 /// A posted entry and its announcement.
 pub(super) struct Announced {
     pub entry_id: i64,
@@ -351,11 +381,9 @@ pub(super) async fn post_and_announce(
     topic: &str,
     context: Value,
 ) -> Result<Result<Announced, String>, Error> {
-    let Some(posted) = ledger::post(conn, std::slice::from_ref(entry))
-        .await?
-        .pop()
-        .flatten()
-    else {
+    let entries = std::slice::from_ref(entry);
+    let posted = post_announced(conn, entries, topic, &[event], vec![context]).await?;
+    let Some((posted, outbox_id)) = posted.into_iter().next().flatten() else {
         let owner = ledger::owners(conn, entry.provider, entry.kind, &[entry.source_ref])
             .await?
             .remove(entry.source_ref)
@@ -364,17 +392,6 @@ pub(super) async fn post_and_announce(
             ))?;
         return Ok(Err(owner));
     };
-    let payload = announcement(entry, posted, context);
-    let wallet = ledger::wallet_key(entry.user_id, entry.currency);
-    let message = outbox::Message {
-        topic,
-        provider: event.provider(),
-        event_id: event.event_id(),
-        event_type: Some(event.event_type()),
-        payload: &payload,
-        ordering_key: Some(&wallet),
-    };
-    let outbox_id = outbox::enqueue_one(conn, message).await?;
     Ok(Ok(Announced {
         entry_id: posted.entry_id,
         balance_minor: posted.balance_minor,

@@ -69,6 +69,7 @@ impl Decoded {
         match &self.effect {
             Effect::Credit { .. } => Set::Credits,
             Effect::Receipt(_) => Set::Receipts,
+            Effect::ChargeRefund(_) => Set::ChargeRefunds,
             other => Set::Each(std::mem::discriminant(other)),
         }
     }
@@ -103,6 +104,9 @@ pub enum Set {
     /// Stripe charges' receipts: in order, many to a statement
     /// ([`receipts::record_charges`]).
     Receipts,
+    /// Stripe's cumulative charge refunds: many to a statement, as long as
+    /// no two debit one payment ([`refunds::debit_charge_refunds`]).
+    ChargeRefunds,
     /// Any other kind: one event after another, in order.
     Each(std::mem::Discriminant<Effect>),
 }
@@ -118,6 +122,7 @@ pub async fn apply_set(
     match set {
         Set::Credits => apply_credits(conn, units).await,
         Set::Receipts => receipts::record_charges(conn, units).await,
+        Set::ChargeRefunds => refunds::debit_charge_refunds(conn, units).await,
         Set::Each(_) => match units.first() {
             Some(unit) => Ok(vec![apply(conn, unit).await?]),
             None => Ok(Vec::new()),
@@ -363,7 +368,10 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .await?
             .pop()
             .ok_or(Error::Invariant("a receipt has no outcome")),
-        Effect::ChargeRefund(charge) => refunds::debit_charge_refund(conn, event, charge).await,
+        Effect::ChargeRefund(_) => refunds::debit_charge_refunds(conn, &[unit])
+            .await?
+            .pop()
+            .ok_or(Error::Invariant("a charge refund has no outcome")),
         Effect::Refund { refund, row } => refunds::debit_own_refund(conn, event, refund, row).await,
         Effect::InvoicePaid(invoice) => invoices::announce_paid(conn, event, invoice).await,
         Effect::Subscription { next, event_time } => {

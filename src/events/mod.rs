@@ -332,17 +332,37 @@ pub async fn waiting(
     provider: &str,
     waits_for: &[&str],
 ) -> Result<std::collections::HashSet<String>, sqlx::Error> {
-    let found = sqlx::query_scalar!(
+    let keys: Vec<(&str, &str)> = waits_for.iter().map(|key| (provider, *key)).collect();
+    let found = waiting_any(conn, &keys).await?;
+    Ok(found.into_iter().map(|(_, key)| key).collect())
+}
+
+/// [`waiting`] of `(provider, waits_for)` keys of any providers, in one
+/// statement.
+pub async fn waiting_any(
+    conn: &mut PgConnection,
+    keys: &[(&str, &str)],
+) -> Result<std::collections::HashSet<(String, String)>, sqlx::Error> {
+    let providers: Vec<&str> = keys.iter().map(|(provider, _)| *provider).collect();
+    let waits_for: Vec<&str> = keys.iter().map(|(_, key)| *key).collect();
+    let found = sqlx::query!(
         r#"
-        select distinct waits_for from deferred_events
-        where provider = $1 and waits_for = any($2::text[])
+        select wanted.provider as "provider!", wanted.waits_for as "waits_for!"
+        from unnest($1::text[], $2::text[]) as wanted (provider, waits_for)
+        where exists (
+            select 1 from deferred_events d
+            where d.provider = wanted.provider and d.waits_for = wanted.waits_for
+        )
         "#,
-        provider,
-        waits_for as &[&str],
+        &providers as &[&str],
+        &waits_for as &[&str],
     )
     .fetch_all(conn)
     .await?;
-    Ok(found.into_iter().collect())
+    Ok(found
+        .into_iter()
+        .map(|row| (row.provider, row.waits_for))
+        .collect())
 }
 
 /// Parks an event until `waits_for` (the key of its dependency) is applied.

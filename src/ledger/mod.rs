@@ -3,6 +3,8 @@
 //! in the same statement that writes the entry, so `balance_minor` always
 //! equals the sum of the wallet's entries.
 
+use std::collections::HashMap;
+
 use crate::db;
 use sqlx::PgConnection;
 
@@ -143,28 +145,11 @@ pub async fn owners(
     provider: &str,
     kind: EntryKind,
     source_refs: &[&str],
-) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
-    let rows = sqlx::query!(
-        r#"
-        select wanted.source_ref as "source_ref!", e.event_id
-        from unnest($3::text[]) as wanted (source_ref)
-        -- One natural-key lookup per ref: a generic plan of `= any(...)`
-        -- may scan another index.
-        cross join lateral (
-            select event_id from wallet_entries w
-            where w.provider = $1 and w.kind = $2 and w.source_ref = wanted.source_ref
-            limit 1
-        ) as e
-        "#,
-        provider,
-        kind.as_str(),
-        source_refs as &[&str],
-    )
-    .fetch_all(conn)
-    .await?;
-    Ok(rows
+) -> Result<HashMap<String, String>, sqlx::Error> {
+    let found = find_many(conn, provider, kind, source_refs).await?;
+    Ok(found
         .into_iter()
-        .map(|r| (r.source_ref, r.event_id))
+        .map(|(source_ref, entry)| (source_ref, entry.event_id))
         .collect())
 }
 
@@ -256,19 +241,48 @@ pub async fn find(
     kind: EntryKind,
     source_ref: &str,
 ) -> Result<Option<Entry>, sqlx::Error> {
-    sqlx::query_as!(
-        Entry,
+    let mut found = find_many(conn, provider, kind, &[source_ref]).await?;
+    Ok(found.remove(source_ref))
+}
+
+/// The entries of `kind` keyed by each of `source_refs` that exist, by
+/// `source_ref`.
+pub async fn find_many(
+    conn: &mut PgConnection,
+    provider: &str,
+    kind: EntryKind,
+    source_refs: &[&str],
+) -> Result<HashMap<String, Entry>, sqlx::Error> {
+    let rows = sqlx::query!(
         r#"
-        select user_id, currency, amount_minor, event_id
-        from wallet_entries
-        where provider = $1 and kind = $2 and source_ref = $3
+        select wanted.source_ref as "source_ref!", e.user_id, e.currency, e.amount_minor, e.event_id
+        from unnest($3::text[]) as wanted (source_ref)
+        -- One natural-key lookup per ref: a generic plan of `= any(...)`
+        -- may scan another index.
+        cross join lateral (
+            select user_id, currency, amount_minor, event_id from wallet_entries w
+            where w.provider = $1 and w.kind = $2 and w.source_ref = wanted.source_ref
+            limit 1
+        ) as e
         "#,
         provider,
         kind.as_str(),
-        source_ref
+        source_refs as &[&str],
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let entry = Entry {
+                user_id: row.user_id,
+                currency: row.currency,
+                amount_minor: row.amount_minor,
+                event_id: row.event_id,
+            };
+            (row.source_ref, entry)
+        })
+        .collect())
 }
 
 /// What was already debited against a credit: in all, and for the refund
@@ -287,26 +301,54 @@ pub async fn refunded(
     parent_ref: &str,
     of_charge: Option<&str>,
 ) -> Result<Refunded, sqlx::Error> {
-    let row = sqlx::query!(
+    let mut refunded = refunded_many(conn, provider, &[(parent_ref, of_charge)]).await?;
+    refunded
+        .pop()
+        .ok_or_else(|| sqlx::Error::Protocol("a sum of refunds returned no row".into()))
+}
+
+/// [`refunded`] of each `(parent_ref, of_charge)`, in order, in one
+/// statement.
+pub async fn refunded_many(
+    conn: &mut PgConnection,
+    provider: &str,
+    credits: &[(&str, Option<&str>)],
+) -> Result<Vec<Refunded>, sqlx::Error> {
+    let parents: Vec<&str> = credits.iter().map(|(parent, _)| *parent).collect();
+    let charges: Vec<Option<&str>> = credits.iter().map(|(_, charge)| *charge).collect();
+    let rows = sqlx::query!(
         r#"
-        select coalesce(-sum(amount_minor), 0)::bigint as "total!",
-               coalesce(-sum(amount_minor) filter (
-                   where left(source_ref, length($3::text) + 1) = $3::text || ':'
-                     and substr(source_ref, length($3::text) + 2) ~ '^[0-9]+$'
-               ), 0)::bigint as "matching!"
-        from wallet_entries
-        where provider = $1 and kind = 'refund' and parent_ref = $2
+        select credit.position, sums.total as "total!", sums.matching as "matching!"
+        from unnest($2::text[], $3::text[]) with ordinality as credit (parent_ref, of_charge, position)
+        cross join lateral (
+            select coalesce(-sum(amount_minor), 0)::bigint as total,
+                   coalesce(-sum(amount_minor) filter (
+                       where left(source_ref, length(credit.of_charge) + 1) = credit.of_charge || ':'
+                         and substr(source_ref, length(credit.of_charge) + 2) ~ '^[0-9]+$'
+                   ), 0)::bigint as matching
+            from wallet_entries
+            where provider = $1 and kind = 'refund' and parent_ref = credit.parent_ref
+        ) as sums
+        order by credit.position
         "#,
         provider,
-        parent_ref,
-        of_charge
+        &parents as &[&str],
+        &charges as &[Option<&str>],
     )
-    .fetch_one(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(Refunded {
-        total_minor: row.total,
-        matching_minor: row.matching,
-    })
+    if rows.len() != credits.len() {
+        return Err(sqlx::Error::Protocol(
+            "a sum of refunds per credit is missing".into(),
+        ));
+    }
+    Ok(rows
+        .into_iter()
+        .map(|row| Refunded {
+            total_minor: row.total,
+            matching_minor: row.matching,
+        })
+        .collect())
 }
 
 /// The ledger of a `webhookd drill` run's wallets and payments, found by
