@@ -62,25 +62,67 @@ pub async fn upsert(
     event_time: i64,
     event_id: &str,
 ) -> Result<Upserted, sqlx::Error> {
-    let previous = match stored(conn, next).await? {
-        Some((stored, stored_event_time))
-            if !may_replace(stored_event_time, &stored.status, event_time, &next.status) =>
-        {
-            return Ok(Upserted::Superseded {
-                stored_event_time,
-                stored_status: stored.status,
-            });
+    let mut upserted = upsert_many(conn, &[(next, event_time, event_id)]).await?;
+    upserted
+        .pop()
+        .ok_or_else(|| sqlx::Error::Protocol("a subscription upsert answered nothing".into()))
+}
+
+/// [`upsert`] of each `(next, event_time, event_id)`, in order: two
+/// statements when no two are one subscription, else one after another.
+pub async fn upsert_many(
+    conn: &mut PgConnection,
+    nexts: &[(&Subscription, i64, &str)],
+) -> Result<Vec<Upserted>, sqlx::Error> {
+    let mut ids: Vec<(&str, &str)> = nexts
+        .iter()
+        .map(|(next, _, _)| (next.provider.as_str(), next.subscription_id.as_str()))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() < nexts.len() {
+        let mut upserted = Vec::with_capacity(nexts.len());
+        for next in nexts {
+            upserted.extend(upsert_distinct(conn, std::slice::from_ref(next)).await?);
         }
-        Some((stored, _)) => Some(stored),
-        None => None,
-    };
-    write(conn, next, event_time, event_id).await?;
-    let unchanged = previous.as_ref().is_some_and(|prev| same_state(prev, next));
-    Ok(if unchanged {
-        Upserted::Unchanged
-    } else {
-        Upserted::Changed { previous }
-    })
+        return Ok(upserted);
+    }
+    upsert_distinct(conn, nexts).await
+}
+
+/// [`upsert_many`] of distinct subscriptions.
+async fn upsert_distinct(
+    conn: &mut PgConnection,
+    nexts: &[(&Subscription, i64, &str)],
+) -> Result<Vec<Upserted>, sqlx::Error> {
+    let subscriptions: Vec<&Subscription> = nexts.iter().map(|(next, _, _)| *next).collect();
+    let stored = stored(conn, &subscriptions).await?;
+    let mut upserted = Vec::with_capacity(nexts.len());
+    let mut writes = Vec::with_capacity(nexts.len());
+    for (&(next, event_time, event_id), stored) in nexts.iter().zip(stored) {
+        let previous = match stored {
+            Some((stored, stored_event_time))
+                if !may_replace(stored_event_time, &stored.status, event_time, &next.status) =>
+            {
+                upserted.push(Upserted::Superseded {
+                    stored_event_time,
+                    stored_status: stored.status,
+                });
+                continue;
+            }
+            Some((stored, _)) => Some(stored),
+            None => None,
+        };
+        writes.push((next, event_time, event_id));
+        let unchanged = previous.as_ref().is_some_and(|prev| same_state(prev, next));
+        upserted.push(if unchanged {
+            Upserted::Unchanged
+        } else {
+            Upserted::Changed { previous }
+        });
+    }
+    write(conn, &writes).await?;
+    Ok(upserted)
 }
 
 /// Gives the subscriptions of `customer_id` that have no owner the owner
@@ -106,26 +148,36 @@ pub async fn attribute(
     Ok(done.rows_affected())
 }
 
-/// The stored state of `next`'s subscription, and the time of the event
-/// that wrote it.
+/// The stored state of each of `nexts`' subscriptions, and the time of the
+/// event that wrote it, in order.
 async fn stored(
     conn: &mut PgConnection,
-    next: &Subscription,
-) -> Result<Option<(Subscription, i64)>, sqlx::Error> {
-    let stored = sqlx::query!(
+    nexts: &[&Subscription],
+) -> Result<Vec<Option<(Subscription, i64)>>, sqlx::Error> {
+    let providers: Vec<&str> = nexts.iter().map(|n| n.provider.as_str()).collect();
+    let ids: Vec<&str> = nexts.iter().map(|n| n.subscription_id.as_str()).collect();
+    let rows = sqlx::query!(
         r#"
-        select customer_id, user_id, status, plan_id,
-               extract(epoch from current_period_end)::bigint as current_period_end,
-               extract(epoch from provider_updated_at)::bigint as "event_time!"
-        from subscriptions
-        where provider = $1 and subscription_id = $2
+        select (wanted.position - 1)::int as "index!", s.customer_id, s.user_id, s.status, s.plan_id,
+               extract(epoch from s.current_period_end)::bigint as current_period_end,
+               extract(epoch from s.provider_updated_at)::bigint as "event_time!"
+        from unnest($1::text[], $2::text[]) with ordinality as wanted (provider, subscription_id, position)
+        join subscriptions s
+            on s.provider = wanted.provider and s.subscription_id = wanted.subscription_id
         "#,
-        next.provider,
-        next.subscription_id
+        &providers as &[&str],
+        &ids as &[&str],
     )
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(stored.map(|row| {
+    let mut stored: Vec<Option<(Subscription, i64)>> = vec![None; nexts.len()];
+    for row in rows {
+        let Some((slot, next)) = usize::try_from(row.index)
+            .ok()
+            .and_then(|i| Some((stored.get_mut(i)?, nexts.get(i)?)))
+        else {
+            continue;
+        };
         let subscription = Subscription {
             provider: next.provider.clone(),
             subscription_id: next.subscription_id.clone(),
@@ -135,24 +187,40 @@ async fn stored(
             plan_id: row.plan_id,
             current_period_end: row.current_period_end,
         };
-        (subscription, row.event_time)
-    }))
+        *slot = Some((subscription, row.event_time));
+    }
+    Ok(stored)
 }
 
-/// Stores `next` as of `event_time`. The guard of [`upsert`] is repeated
-/// in SQL as belt and braces.
+/// Stores each `next` as of its `event_time`, in one statement. The guard
+/// of [`upsert`] is repeated in SQL as belt and braces.
 async fn write(
     conn: &mut PgConnection,
-    next: &Subscription,
-    event_time: i64,
-    event_id: &str,
+    nexts: &[(&Subscription, i64, &str)],
 ) -> Result<(), sqlx::Error> {
+    if nexts.is_empty() {
+        return Ok(());
+    }
+    let text =
+        |f: fn(&Subscription) -> &str| nexts.iter().map(|(n, _, _)| f(n)).collect::<Vec<_>>();
+    let optional = |f: fn(&Subscription) -> Option<&str>| {
+        nexts.iter().map(|(n, _, _)| f(n)).collect::<Vec<_>>()
+    };
+    let period_ends: Vec<Option<i64>> =
+        nexts.iter().map(|(n, _, _)| n.current_period_end).collect();
+    let times: Vec<i64> = nexts.iter().map(|(_, time, _)| *time).collect();
+    let events: Vec<&str> = nexts.iter().map(|(_, _, event_id)| *event_id).collect();
     sqlx::query!(
         r#"
         insert into subscriptions as s
             (provider, subscription_id, customer_id, user_id, status, plan_id,
              current_period_end, provider_updated_at, event_id)
-        values ($1, $2, $3, $4, $5, $6, to_timestamp($7::bigint), to_timestamp($8::bigint), $9)
+        select provider, subscription_id, customer_id, user_id, status, plan_id,
+               to_timestamp(period_end), to_timestamp(event_time), event_id
+        from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                    $7::bigint[], $8::bigint[], $9::text[])
+            as input (provider, subscription_id, customer_id, user_id, status, plan_id,
+                      period_end, event_time, event_id)
         on conflict (provider, subscription_id) do update set
             customer_id = coalesce(excluded.customer_id, s.customer_id),
             user_id = coalesce(excluded.user_id, s.user_id),
@@ -164,15 +232,15 @@ async fn write(
             updated_at = now()
         where s.provider_updated_at <= excluded.provider_updated_at
         "#,
-        next.provider,
-        next.subscription_id,
-        next.customer_id,
-        next.user_id,
-        next.status,
-        next.plan_id,
-        next.current_period_end,
-        event_time,
-        event_id,
+        &text(|n| n.provider.as_str()) as &[&str],
+        &text(|n| n.subscription_id.as_str()) as &[&str],
+        &optional(|n| n.customer_id.as_deref()) as &[Option<&str>],
+        &optional(|n| n.user_id.as_deref()) as &[Option<&str>],
+        &text(|n| n.status.as_str()) as &[&str],
+        &optional(|n| n.plan_id.as_deref()) as &[Option<&str>],
+        &period_ends as &[Option<i64>],
+        &times,
+        &events as &[&str],
     )
     .execute(conn)
     .await?;

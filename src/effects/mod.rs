@@ -27,6 +27,7 @@ mod teach;
 
 use sqlx::PgConnection;
 
+use crate::outbox;
 use crate::owners::{self, Candidate, Subject};
 use crate::providers::{Event, Kind};
 
@@ -70,6 +71,7 @@ impl Decoded {
             Effect::Credit { .. } => Set::Credits,
             Effect::Receipt(_) => Set::Receipts,
             Effect::ChargeRefund(_) => Set::ChargeRefunds,
+            Effect::Subscription { .. } => Set::Subscriptions,
             other => Set::Each(std::mem::discriminant(other)),
         }
     }
@@ -107,6 +109,9 @@ pub enum Set {
     /// Stripe's cumulative charge refunds: many to a statement, as long as
     /// no two debit one payment ([`refunds::debit_charge_refunds`]).
     ChargeRefunds,
+    /// Subscriptions' states: many to a statement, as long as no two share
+    /// a subscription or a customer ([`subscription::apply_all`]).
+    Subscriptions,
     /// Any other kind: one event after another, in order.
     Each(std::mem::Discriminant<Effect>),
 }
@@ -123,6 +128,7 @@ pub async fn apply_set(
         Set::Credits => apply_credits(conn, units).await,
         Set::Receipts => receipts::record_charges(conn, units).await,
         Set::ChargeRefunds => refunds::debit_charge_refunds(conn, units).await,
+        Set::Subscriptions => subscription::apply_all(conn, units).await,
         Set::Each(_) => match units.first() {
             Some(unit) => Ok(vec![apply(conn, unit).await?]),
             None => Ok(Vec::new()),
@@ -374,11 +380,40 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .ok_or(Error::Invariant("a charge refund has no outcome")),
         Effect::Refund { refund, row } => refunds::debit_own_refund(conn, event, refund, row).await,
         Effect::InvoicePaid(invoice) => invoices::announce_paid(conn, event, invoice).await,
-        Effect::Subscription { next, event_time } => {
-            subscription::apply(conn, event, next, *event_time).await
-        }
+        Effect::Subscription { .. } => subscription::apply_all(conn, &[unit])
+            .await?
+            .pop()
+            .ok_or(Error::Invariant("a subscription has no outcome")),
         Effect::Forward => source::forward(conn, event).await,
     }
+}
+
+/// Writes one `topic` outbox row per event of `events`, each with its
+/// payload and ordering key, in one statement: their outbox ids, in order.
+async fn announce_each(
+    conn: &mut PgConnection,
+    topic: &str,
+    events: &[&Event],
+    payloads: &[serde_json::Value],
+    keys: &[String],
+) -> Result<Vec<Option<i64>>, Error> {
+    let messages: Vec<outbox::Message<'_>> = events
+        .iter()
+        .zip(payloads)
+        .zip(keys)
+        .map(|((event, payload), key)| outbox::Message {
+            topic,
+            provider: event.provider(),
+            event_id: event.event_id(),
+            event_type: Some(event.event_type()),
+            payload,
+            ordering_key: Some(key),
+        })
+        .collect();
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(outbox::enqueue(conn, &messages).await?)
 }
 
 /// For this crate's tests only (the `test-support` feature): how many

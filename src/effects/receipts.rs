@@ -6,10 +6,9 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::Decoded;
 use super::effect::{Applied, Effect, Error, StripeCharge};
+use super::{Decoded, announce_each};
 use crate::ledger::{self, EntryKind};
-use crate::outbox;
 use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
 
@@ -107,23 +106,8 @@ async fn announce(
         .iter()
         .map(|(event, charge)| format!("{}:payment:{}", event.provider(), charge.id()))
         .collect();
-    let messages: Vec<outbox::Message<'_>> = charges
-        .iter()
-        .zip(&payloads)
-        .zip(&keys)
-        .map(|(((event, _), payload), key)| outbox::Message {
-            topic: "payment.receipt",
-            provider: event.provider(),
-            event_id: event.event_id(),
-            event_type: Some(event.event_type()),
-            payload,
-            ordering_key: Some(key),
-        })
-        .collect();
-    if messages.is_empty() {
-        return Ok(Vec::new());
-    }
-    Ok(outbox::enqueue(conn, &messages).await?)
+    let events: Vec<&Event> = charges.iter().map(|(event, _)| *event).collect();
+    announce_each(conn, "payment.receipt", &events, &payloads, &keys).await
 }
 
 /// The events that credited the charges' payment intents, by `(provider,

@@ -113,20 +113,26 @@ async fn credits_move_ahead_of_refunds_but_never_past_one_of_their_own_wallet(po
     assert_consistent(&pool).await;
 }
 
+/// A Stripe event of `event_type` about `object`.
+fn body(event_id: &str, event_type: &str, object: Value) -> String {
+    json!({
+        "id": event_id, "object": "event", "api_version": "2024-06-20", "created": now(),
+        "data": { "object": object }, "livemode": false, "type": event_type,
+    })
+    .to_string()
+}
+
 /// The event `object` of `event_type` as a source whose owner rule reads
 /// the customer receives it.
 fn by_customer(event_id: &str, event_type: &str, object: Value) -> Event {
-    let body = json!({
-        "id": event_id, "object": "event", "api_version": "2024-06-20", "created": now(),
-        "data": { "object": object }, "livemode": false, "type": event_type,
-    });
+    let body = body(event_id, event_type, object);
     let receiver = Receiver {
         name: "stripe".into(),
         record_only: false,
         owner: Some("metadata.user_id,customer".parse().unwrap()),
         invoice_credits: false,
     };
-    stripe(event_id, event_type, body.to_string()).received_by(Some(Arc::new(receiver)))
+    stripe(event_id, event_type, body).received_by(Some(Arc::new(receiver)))
 }
 
 #[sqlx::test]
@@ -157,5 +163,40 @@ async fn a_charge_moved_ahead_of_an_owner_learned_in_its_batch_still_sees_the_cr
     assert_eq!(outcome, "processed");
     assert_eq!(detail["applied_by"], "evt_x_customer");
     assert_eq!(announced_balances(&pool, "user_x").await, [1000]);
+    assert_consistent(&pool).await;
+}
+
+#[sqlx::test]
+async fn a_subscription_owner_taught_in_a_set_reaches_the_customers_subscription_before_it(
+    pool: PgPool,
+) {
+    let subscription = |event_id: &str, id: &str, metadata: Value| {
+        let object = json!({
+            "id": id, "object": "subscription", "customer": "cus_s", "status": "active",
+            "metadata": metadata,
+            "items": { "object": "list", "data": [
+                { "id": format!("si_{id}"), "price": { "id": "price_pro" }, "current_period_end": now() + 2_592_000 }
+            ]},
+        });
+        let event_type = "customer.subscription.created";
+        stripe(event_id, event_type, body(event_id, event_type, object))
+    };
+    let events = [
+        subscription("evt_sub_a", "sub_a", json!({})),
+        // Teaches cus_s's owner, which the subscription before it then has.
+        subscription("evt_sub_b", "sub_b", json!({ "user_id": "user_s" })),
+    ];
+    assert_eq!(batch(&pool, &events).await, ["processed", "processed"]);
+    let owners: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select subscription_id, user_id from subscriptions order by subscription_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let owner = Some("user_s".to_owned());
+    assert_eq!(
+        owners,
+        [("sub_a".into(), owner.clone()), ("sub_b".into(), owner)]
+    );
     assert_consistent(&pool).await;
 }
