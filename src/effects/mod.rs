@@ -4,7 +4,8 @@
 //!   [`razorpay`], [`paypal`]; a generic source forwards) turns the
 //!   verified payload into an [`Effect`], validated, owned, with the
 //!   [`Plan`] of the locks it needs: a [`Decoded`];
-//! - **applying**, by the effect alone ([`apply`], [`apply_credits`]),
+//! - **applying**, by the effect alone ([`apply`], or a [`Set`] of one
+//!   kind's events at once: [`apply_set`]),
 //!   inside the ingest transaction, with the plan's locks held. Appliers
 //!   take `&mut PgConnection`; they never open, commit or roll back a
 //!   transaction, never lock, and never read the payload.

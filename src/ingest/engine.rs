@@ -1,7 +1,8 @@
 //! THE transaction, for one event or many: claim the event ids, take every
-//! lock the events need in one global order, apply each event's
-//! effect in arrival order (consecutive credits sharing their statements,
-//! and the events a credit releases right after it: [`release`]), record
+//! lock the events need in one global order, apply the events' effects
+//! kind by kind where arrival order allows ([`Schedule`]: each kind's
+//! events sharing their statements, and the events one releases right
+//! after it: [`release`]), record
 //! the outcomes; the caller then commits ([`Prepared::commit`]) or, when a
 //! request gave up meanwhile, rolls back. One event is a transaction of
 //! one: the batch, the fallback, a sweep and `events replay` all run this
