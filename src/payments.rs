@@ -53,6 +53,9 @@ pub async fn upsert_many<'a>(
     conn: &mut PgConnection,
     payments: &[(&Payment<'a>, Option<&'a str>)],
 ) -> Result<Vec<Recorded>, sqlx::Error> {
+    if payments.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut ids: Vec<(&str, &str)> = payments
         .iter()
         .map(|(p, _)| (p.provider, p.payment_id))

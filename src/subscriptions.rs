@@ -74,6 +74,9 @@ pub async fn upsert_many(
     conn: &mut PgConnection,
     nexts: &[(&Subscription, i64, &str)],
 ) -> Result<Vec<Upserted>, sqlx::Error> {
+    if nexts.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut ids: Vec<(&str, &str)> = nexts
         .iter()
         .map(|(next, _, _)| (next.provider.as_str(), next.subscription_id.as_str()))

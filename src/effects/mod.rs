@@ -73,6 +73,7 @@ impl Decoded {
             Effect::Receipt(_) => Set::Receipts,
             Effect::ChargeRefund(_) => Set::ChargeRefunds,
             Effect::Subscription { .. } => Set::Subscriptions,
+            Effect::Refund { .. } => Set::Refunds,
             other => Set::Each(std::mem::discriminant(other)),
         }
     }
@@ -110,6 +111,10 @@ pub enum Set {
     /// Stripe's cumulative charge refunds: many to a statement, as long as
     /// no two debit one payment ([`refunds::debit_charge_refunds`]).
     ChargeRefunds,
+    /// Refunds that carry their own amount and id (Razorpay's, PayPal's):
+    /// many to a statement, as long as no two debit one payment
+    /// ([`refunds::debit_own_refunds`]).
+    Refunds,
     /// Subscriptions' states: many to a statement, as long as no two share
     /// a subscription or a customer ([`subscription::apply_all`]).
     Subscriptions,
@@ -130,6 +135,7 @@ pub async fn apply_set(
         Set::Receipts => receipts::record_charges(conn, units).await,
         Set::ChargeRefunds => refunds::debit_charge_refunds(conn, units).await,
         Set::Subscriptions => subscription::apply_all(conn, units).await,
+        Set::Refunds => refunds::debit_own_refunds(conn, units).await,
         Set::Each(_) => match units.first() {
             Some(unit) => Ok(vec![apply(conn, unit).await?]),
             None => Ok(Vec::new()),
@@ -379,7 +385,10 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .await?
             .pop()
             .ok_or(Error::Invariant("a charge refund has no outcome")),
-        Effect::Refund { refund, row } => refunds::debit_own_refund(conn, event, refund, row).await,
+        Effect::Refund { .. } => refunds::debit_own_refunds(conn, &[unit])
+            .await?
+            .pop()
+            .ok_or(Error::Invariant("a refund has no outcome")),
         Effect::InvoicePaid(invoice) => invoices::announce_paid(conn, event, invoice).await,
         Effect::Subscription { .. } => subscription::apply_all(conn, &[unit])
             .await?

@@ -15,81 +15,169 @@ use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
 use crate::{events, invoices};
 
-/// Debits `refund` (its own amount, never more than is left of the
-/// credit), once per refund id; deferred until the payment is credited. A
-/// refund larger than its payment or in another currency than its credit
-/// is rejected before anything is written.
-pub(super) async fn debit_own_refund(
+/// Debits each refund ([`Effect::Refund`]) by its own amount, never more
+/// than is left of the credit, once per refund id, in a handful of
+/// statements whatever their number; deferred until the payment is
+/// credited. A refund larger than its payment or in another currency than
+/// its credit is rejected before anything is written. Answers a prefix of
+/// `units` (never empty when `units` is not): it stops before a refund of
+/// a payment that one before it debits, or of another provider. Call with
+/// their plans' locks held.
+pub(super) async fn debit_own_refunds(
     conn: &mut PgConnection,
-    event: &Event,
-    refund: &OwnRefund,
-    row: &RefundRow,
-) -> Result<Applied, Error> {
-    let found = credit_or_defer(conn, event, &refund.payment_id, refund.currency).await?;
-    let credit = match found.settled(&refund.payment_id) {
-        Ok(credit) => credit,
-        Err(settled) => return Ok(settled),
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, Error> {
+    let mut refunds: Vec<(&Event, &OwnRefund, &RefundRow)> = Vec::with_capacity(units.len());
+    for unit in units {
+        let Effect::Refund { refund, row } = unit.effect() else {
+            return Err(Error::Invariant("a set of refunds holds another event"));
+        };
+        let event = unit.event();
+        let apart = refunds.iter().all(|(other, debits, _)| {
+            other.provider() == event.provider() && debits.payment_id != refund.payment_id
+        });
+        if !apart {
+            break;
+        }
+        refunds.push((event, refund, row));
+    }
+    let Some((first, _, _)) = refunds.first() else {
+        return Ok(Vec::new());
     };
-    if refund.amount_minor > credit.amount_minor {
-        return Ok(Applied::rejected("the refund is larger than its payment"));
+    let provider = first.provider();
+    let paid: Vec<&str> = refunds
+        .iter()
+        .map(|(_, r, _)| r.payment_id.as_str())
+        .collect();
+    let mut credits = ledger::find_many(conn, provider, EntryKind::Credit, &paid).await?;
+    let mut settled: Vec<Option<Applied>> = Vec::with_capacity(refunds.len());
+    let mut found: Vec<Option<Entry>> = Vec::with_capacity(refunds.len());
+    for (event, refund, _) in &refunds {
+        let credit = credits.remove(&refund.payment_id);
+        let looked_up = settle(conn, event, &refund.payment_id, refund.currency, credit).await?;
+        let (outcome, credit) = match looked_up.settled(&refund.payment_id) {
+            Ok(credit) if refund.amount_minor > credit.amount_minor => (
+                Some(Applied::rejected("the refund is larger than its payment")),
+                None,
+            ),
+            Ok(credit) => (None, Some(credit)),
+            Err(outcome) => (Some(outcome), None),
+        };
+        settled.push(outcome);
+        found.push(credit);
     }
-    if let RefundRow::Carried(Some(payment)) = row
-        && let Recorded::Differs =
-            payments::upsert(conn, &payment.row(event.provider()), None).await?
-    {
-        return Ok(Applied::rejected(payments::DIFFERS));
+    // The rows the refunds carry, of those with a credit to debit.
+    let carried: Vec<(usize, Payment<'_>)> = refunds
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| settled[*k].is_none())
+        .filter_map(|(k, (event, _, row))| match row {
+            RefundRow::Carried(Some(payment)) => Some((k, payment.row(event.provider()))),
+            _ => None,
+        })
+        .collect();
+    reject_differing(conn, &carried, &mut settled).await?;
+    let open = |settled: &[Option<Applied>]| -> Vec<usize> {
+        (0..refunds.len())
+            .filter(|&k| settled[k].is_none())
+            .collect()
+    };
+    let wanted: Vec<&str> = open(&settled)
+        .iter()
+        .map(|&k| refunds[k].1.id.as_str())
+        .collect();
+    let debited = ledger::find_many(conn, provider, EntryKind::Refund, &wanted).await?;
+    for k in open(&settled) {
+        if let Some(owner) = debited.get(&refunds[k].1.id) {
+            settled[k] = Some(Applied::owned_by(
+                "this refund was already debited",
+                &owner.event_id,
+            ));
+        }
     }
-    let provider = event.provider();
-    if let Some(owner) = ledger::find(conn, provider, EntryKind::Refund, &refund.id).await? {
-        return Ok(Applied::owned_by(
-            "this refund was already debited",
-            &owner.event_id,
-        ));
+    let pending = open(&settled);
+    let sums: Vec<(&str, Option<&str>)> = pending.iter().map(|&k| (paid[k], None)).collect();
+    let refunded = ledger::refunded_many(conn, provider, &sums).await?;
+    // (refund, amount to debit, what its payment has refunded after it)
+    let mut amounts: Vec<(usize, i64, i64)> = Vec::with_capacity(pending.len());
+    for (&k, refunded) in pending.iter().zip(refunded) {
+        let credit = found[k]
+            .as_ref()
+            .ok_or(Error::Invariant("a refund to debit has no credit"))?;
+        let amount_minor = refunds[k]
+            .1
+            .amount_minor
+            .min(credit.amount_minor - refunded.total_minor);
+        if amount_minor <= 0 {
+            settled[k] = Some(Applied::ignored("the credit is already fully refunded"));
+            continue;
+        }
+        amounts.push((k, amount_minor, refunded.total_minor + amount_minor));
     }
-    let refunded = ledger::refunded(conn, provider, &refund.payment_id, None).await?;
-    let amount_minor = refund
-        .amount_minor
-        .min(credit.amount_minor - refunded.total_minor);
-    if amount_minor <= 0 {
-        return Ok(Applied::ignored("the credit is already fully refunded"));
+    // The credited payments' rows, moved to what the ledger has refunded of
+    // them, for the refunds that carry none.
+    let mut moved: Vec<(usize, Payment<'_>)> = Vec::new();
+    for &(k, _, refunded_minor) in &amounts {
+        let (event, refund, row) = refunds[k];
+        if let (RefundRow::FromLedger, Some(credit)) = (row, &found[k]) {
+            moved.push((k, refunded_row(event, refund, credit, refunded_minor)?));
+        }
     }
-    if let RefundRow::FromLedger = row
-        && let Some(rejected) = record_refunded(
-            conn,
+    reject_differing(conn, &moved, &mut settled).await?;
+    let mut at = Vec::with_capacity(amounts.len());
+    let mut debits = Vec::with_capacity(amounts.len());
+    for (k, amount_minor, _) in amounts {
+        let (event, refund, _) = refunds[k];
+        let Some(credit) = found[k].as_ref().filter(|_| settled[k].is_none()) else {
+            continue;
+        };
+        at.push(k);
+        debits.push(Debit {
             event,
-            refund,
-            &credit,
-            refunded.total_minor + amount_minor,
-        )
-        .await?
-    {
-        return Ok(rejected);
+            credit,
+            parent_ref: &refund.payment_id,
+            source_ref: &refund.id,
+            amount_minor,
+            context: refund.context.clone(),
+        });
     }
-    let debit = Debit {
-        event,
-        credit: &credit,
-        parent_ref: &refund.payment_id,
-        source_ref: &refund.id,
-        amount_minor,
-        context: refund.context.clone(),
-    };
-    post_debits(conn, std::slice::from_ref(&debit))
-        .await?
-        .pop()
+    for (k, posted) in at.into_iter().zip(post_debits(conn, &debits).await?) {
+        settled[k] = Some(posted);
+    }
+    settled
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
         .ok_or(Error::Invariant("a refund has no outcome"))
 }
 
-/// Moves the credited payment's row to `refunded_minor` refunded (its
-/// status to `partially_refunded` or `refunded`): `Some(rejected)` when the
-/// row was stored with another amount or currency.
-async fn record_refunded(
+/// Upserts `rows` (the payments of the refunds at their indexes) and
+/// rejects each refund whose payment was stored with another amount or
+/// currency.
+async fn reject_differing(
     conn: &mut PgConnection,
-    event: &Event,
-    refund: &OwnRefund,
-    credit: &Entry,
+    rows: &[(usize, Payment<'_>)],
+    settled: &mut [Option<Applied>],
+) -> Result<(), Error> {
+    let upserts: Vec<(&Payment<'_>, Option<&str>)> =
+        rows.iter().map(|(_, row)| (row, None)).collect();
+    let recorded = payments::upsert_many(conn, &upserts).await?;
+    for ((k, _), recorded) in rows.iter().zip(recorded) {
+        if recorded == Recorded::Differs {
+            settled[*k] = Some(Applied::rejected(payments::DIFFERS));
+        }
+    }
+    Ok(())
+}
+
+/// The credited payment's row moved to `refunded_minor` refunded (its
+/// status `partially_refunded` or `refunded`).
+fn refunded_row<'a>(
+    event: &'a Event,
+    refund: &'a OwnRefund,
+    credit: &'a Entry,
     refunded_minor: i64,
-) -> Result<Option<Applied>, Error> {
-    let payment = Payment {
+) -> Result<Payment<'a>, Error> {
+    Ok(Payment {
         provider: event.provider(),
         payment_id: &refund.payment_id,
         payment_ref: None,
@@ -100,10 +188,6 @@ async fn record_refunded(
             .ok_or(Error::Invariant("a refund refunds nothing"))?,
         refunded_minor,
         created: None,
-    };
-    Ok(match payments::upsert(conn, &payment, None).await? {
-        Recorded::Differs => Some(Applied::rejected(payments::DIFFERS)),
-        Recorded::Recorded { .. } => None,
     })
 }
 
@@ -172,16 +256,7 @@ pub(super) async fn debit_charge_refunds(
         .filter(|(k, _)| found[*k].is_some())
         .map(|(k, (event, charge, _))| (k, charge.payment.row(event.provider())))
         .collect();
-    let upserts: Vec<(&Payment<'_>, Option<&str>)> =
-        rows.iter().map(|(_, row)| (row, None)).collect();
-    for ((k, _), recorded) in rows
-        .iter()
-        .zip(payments::upsert_many(conn, &upserts).await?)
-    {
-        if recorded == Recorded::Differs {
-            settled[*k] = Some(Applied::rejected(payments::DIFFERS));
-        }
-    }
+    reject_differing(conn, &rows, &mut settled).await?;
     let keys: Vec<String> = charges
         .iter()
         .map(|(_, charge, _)| charge_refund_key(charge.id(), charge.payment.refunded_minor))
@@ -282,23 +357,11 @@ impl Found {
     }
 }
 
-/// The credit of payment `source_ref`, provided it is in `currency`; when
-/// there is none yet, parks `event` until it exists, unless the payment
-/// pays an invoice (it is never credited). Call with the credit's lock held
+/// The credit of payment `source_ref` (`credit`, as looked up), provided it
+/// is in `currency`; when there is none yet, parks `event` until it exists,
+/// unless the payment pays an invoice (it is never credited). Call with the credit's lock held
 /// (the engine takes it; [`super::learning::link_invoice`] holds it too, and
 /// releases what waits here).
-async fn credit_or_defer(
-    conn: &mut PgConnection,
-    event: &Event,
-    source_ref: &str,
-    currency: &str,
-) -> Result<Found, Error> {
-    let provider = event.provider();
-    let credit = ledger::find(conn, provider, EntryKind::Credit, source_ref).await?;
-    settle(conn, event, source_ref, currency, credit).await
-}
-
-/// [`credit_or_defer`], once the credit of `source_ref` was looked up.
 async fn settle(
     conn: &mut PgConnection,
     event: &Event,

@@ -343,6 +343,9 @@ pub async fn waiting_any(
     conn: &mut PgConnection,
     keys: &[(&str, &str)],
 ) -> Result<std::collections::HashSet<(String, String)>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(std::collections::HashSet::new());
+    }
     let providers: Vec<&str> = keys.iter().map(|(provider, _)| *provider).collect();
     let waits_for: Vec<&str> = keys.iter().map(|(_, key)| *key).collect();
     let found = sqlx::query!(

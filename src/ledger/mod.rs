@@ -253,6 +253,9 @@ pub async fn find_many(
     kind: EntryKind,
     source_refs: &[&str],
 ) -> Result<HashMap<String, Entry>, sqlx::Error> {
+    if source_refs.is_empty() {
+        return Ok(HashMap::new());
+    }
     let rows = sqlx::query!(
         r#"
         select wanted.source_ref as "source_ref!", e.user_id, e.currency, e.amount_minor, e.event_id
@@ -314,6 +317,9 @@ pub async fn refunded_many(
     provider: &str,
     credits: &[(&str, Option<&str>)],
 ) -> Result<Vec<Refunded>, sqlx::Error> {
+    if credits.is_empty() {
+        return Ok(Vec::new());
+    }
     let parents: Vec<&str> = credits.iter().map(|(parent, _)| *parent).collect();
     let charges: Vec<Option<&str>> = credits.iter().map(|(_, charge)| *charge).collect();
     let rows = sqlx::query!(
