@@ -27,20 +27,16 @@ pub(super) async fn debit_own_refunds(
     conn: &mut PgConnection,
     units: &[&Decoded],
 ) -> Result<Vec<Applied>, Error> {
-    let mut refunds: Vec<(&Event, &OwnRefund, &RefundRow)> = Vec::with_capacity(units.len());
-    for unit in units {
-        let Effect::Refund { refund, row } = unit.effect() else {
-            return Err(Error::Invariant("a set of refunds holds another event"));
-        };
-        let event = unit.event();
-        let apart = refunds.iter().all(|(other, debits, _)| {
-            other.provider() == event.provider() && debits.payment_id != refund.payment_id
-        });
-        if !apart {
-            break;
-        }
-        refunds.push((event, refund, row));
-    }
+    let mut refunds = units
+        .iter()
+        .map(|unit| match unit.effect() {
+            Effect::Refund { refund, row } => Ok((unit.event(), refund, row)),
+            _ => Err(Error::Invariant("a set of refunds holds another event")),
+        })
+        .collect::<Result<Vec<(&Event, &OwnRefund, &RefundRow)>, Error>>()?;
+    refunds.truncate(apart(refunds.iter().map(|(event, refund, _)| {
+        (event.provider(), refund.payment_id.as_str())
+    })));
     let Some((first, _, _)) = refunds.first() else {
         return Ok(Vec::new());
     };
@@ -150,6 +146,23 @@ pub(super) async fn debit_own_refunds(
         .ok_or(Error::Invariant("a refund has no outcome"))
 }
 
+/// How many refunds, from the first, may share their statements: of one
+/// provider, and no two debiting one payment (`(provider, payment)` each).
+fn apart<'a>(debits: impl Iterator<Item = (&'a str, &'a str)>) -> usize {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for debit in debits {
+        if seen
+            .first()
+            .is_some_and(|(provider, _)| *provider != debit.0)
+            || seen.contains(&debit)
+        {
+            break;
+        }
+        seen.push(debit);
+    }
+    seen.len()
+}
+
 /// Upserts `rows` (the payments of the refunds at their indexes) and
 /// rejects each refund whose payment was stored with another amount or
 /// currency.
@@ -205,25 +218,23 @@ pub(super) async fn debit_charge_refunds(
     conn: &mut PgConnection,
     units: &[&Decoded],
 ) -> Result<Vec<Applied>, Error> {
-    let mut charges: Vec<(&Event, &StripeCharge, &str)> = Vec::with_capacity(units.len());
-    for unit in units {
-        let Effect::ChargeRefund(charge) = unit.effect() else {
-            return Err(Error::Invariant(
+    let mut charges = units
+        .iter()
+        .map(|unit| match unit.effect() {
+            Effect::ChargeRefund(charge) => charge
+                .payment_intent()
+                .map(|intent| (unit.event(), charge, intent))
+                .ok_or(Error::Invariant("a charge refund has no payment intent")),
+            _ => Err(Error::Invariant(
                 "a set of charge refunds holds another event",
-            ));
-        };
-        let Some(intent) = charge.payment_intent() else {
-            return Err(Error::Invariant("a charge refund has no payment intent"));
-        };
-        let event = unit.event();
-        let apart = charges
+            )),
+        })
+        .collect::<Result<Vec<(&Event, &StripeCharge, &str)>, Error>>()?;
+    charges.truncate(apart(
+        charges
             .iter()
-            .all(|(other, _, paid)| other.provider() == event.provider() && *paid != intent);
-        if !apart {
-            break;
-        }
-        charges.push((event, charge, intent));
-    }
+            .map(|(event, _, intent)| (event.provider(), *intent)),
+    ));
     let Some((first, _, _)) = charges.first() else {
         return Ok(Vec::new());
     };
