@@ -56,13 +56,7 @@ pub async fn upsert_many<'a>(
     if payments.is_empty() {
         return Ok(Vec::new());
     }
-    let mut ids: Vec<(&str, &str)> = payments
-        .iter()
-        .map(|(p, _)| (p.provider, p.payment_id))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.len() < payments.len() {
+    if !db::all_distinct(payments.iter().map(|(p, _)| (p.provider, p.payment_id))) {
         // One statement cannot change a row twice.
         let mut recorded = Vec::with_capacity(payments.len());
         for payment in payments {

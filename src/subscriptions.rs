@@ -77,13 +77,11 @@ pub async fn upsert_many(
     if nexts.is_empty() {
         return Ok(Vec::new());
     }
-    let mut ids: Vec<(&str, &str)> = nexts
+    let ids = nexts
         .iter()
-        .map(|(next, _, _)| (next.provider.as_str(), next.subscription_id.as_str()))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.len() < nexts.len() {
+        .map(|(next, _, _)| (&next.provider, &next.subscription_id));
+    if !db::all_distinct(ids) {
+        // One statement cannot change a row twice.
         let mut upserted = Vec::with_capacity(nexts.len());
         for next in nexts {
             upserted.extend(upsert_distinct(conn, std::slice::from_ref(next)).await?);

@@ -325,3 +325,13 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
         Err(error) => Err(error),
     }
 }
+
+/// Whether no two of `keys` are equal: a statement that writes a row per
+/// key may not change one row twice.
+pub fn all_distinct<K: Ord>(keys: impl IntoIterator<Item = K>) -> bool {
+    let mut keys: Vec<K> = keys.into_iter().collect();
+    let len = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.len() == len
+}
