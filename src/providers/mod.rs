@@ -114,8 +114,16 @@ pub trait Verify: Send + Sync + fmt::Debug {
 /// Every mounted source, by the name in `/webhooks/{name}`, and what each
 /// configured source (mounted or not) does with its events. A source
 /// without a configured secret is absent: 404, never unverified.
+///
+/// Cheap to clone (the server's state is cloned for every request): the
+/// maps are shared.
 #[derive(Debug, Default, Clone)]
 pub struct Providers {
+    maps: Arc<Maps>,
+}
+
+#[derive(Debug, Default)]
+struct Maps {
     by_name: HashMap<String, Arc<dyn Verify>>,
     /// The scope of each source that has one other than [`Scope::ANY`]
     /// (a Stripe source's), mounted or not: a replay judges by it too.
@@ -208,7 +216,7 @@ impl Providers {
     /// events with the source that received them ([`Event::received_by`]).
     /// Two sources of one name are refused.
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Self> {
-        let mut providers = Providers::registry(settings);
+        let mut providers = Maps::registry(settings);
         let mut names = std::collections::HashSet::new();
         for source in &settings.sources {
             anyhow::ensure!(
@@ -225,14 +233,47 @@ impl Providers {
                 Arc::new(Received::new(verifier, receiver)),
             );
         }
-        Ok(providers)
+        Ok(Providers {
+            maps: Arc::new(providers),
+        })
     }
 
     /// What each source of `settings` does with its events (its scope and
     /// [`Receiver`]), none of them mounted: for judging stored events (a
     /// replay) outside `serve`.
     pub fn registry(settings: &Settings) -> Self {
-        let mut providers = Providers::default();
+        Providers {
+            maps: Arc::new(Maps::registry(settings)),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&dyn Verify> {
+        self.maps.by_name.get(name).map(|v| &**v)
+    }
+
+    /// The events the source `name` takes ([`Scope::ANY`] for most).
+    pub fn scope(&self, name: &str) -> &Scope {
+        self.maps.scopes.get(name).unwrap_or(&Scope::ANY)
+    }
+
+    /// What the source `name` does with its events; `None`: no source of
+    /// that name is configured.
+    pub fn receiver(&self, name: &str) -> Option<Arc<Receiver>> {
+        self.maps.receivers.get(name).cloned()
+    }
+
+    /// Mounted names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.maps.by_name.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+impl Maps {
+    /// [`Providers::registry`], unshared.
+    fn registry(settings: &Settings) -> Self {
+        let mut providers = Maps::default();
         for source in &settings.sources {
             if source.scope != Scope::ANY {
                 providers
@@ -244,28 +285,6 @@ impl Providers {
                 .insert(source.name.clone(), Arc::new(source.receiver()));
         }
         providers
-    }
-
-    pub fn get(&self, name: &str) -> Option<&dyn Verify> {
-        self.by_name.get(name).map(|v| &**v)
-    }
-
-    /// The events the source `name` takes ([`Scope::ANY`] for most).
-    pub fn scope(&self, name: &str) -> &Scope {
-        self.scopes.get(name).unwrap_or(&Scope::ANY)
-    }
-
-    /// What the source `name` does with its events; `None`: no source of
-    /// that name is configured.
-    pub fn receiver(&self, name: &str) -> Option<Arc<Receiver>> {
-        self.receivers.get(name).cloned()
-    }
-
-    /// Mounted names, sorted.
-    pub fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
-        names.sort_unstable();
-        names
     }
 }
 
