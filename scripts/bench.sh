@@ -84,39 +84,7 @@ BENCH_EXTRA_DBS=
 
 # 2. webhookd: API and drainer in one process, delivering to a local sink
 # that answers 200 and counts what it receives.
-sink_port=$(free_port 18180)
-python3 - "$sink_port" > "$scratch/sink.log" 2>&1 <<'PY' &
-import http.server, sys, threading
-lock, count = threading.Lock(), [0]
-class Sink(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        with lock:
-            count[0] += 1
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-    def do_GET(self):  # how many deliveries arrived
-        body = str(count[0]).encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-http.server.ThreadingHTTPServer.allow_reuse_address = True
-http.server.ThreadingHTTPServer.daemon_threads = True
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
-PY
-sink_pid=$!
-BENCH_PIDS=$sink_pid
-sink_count() { python3 -c 'import sys,urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())' "http://127.0.0.1:$sink_port/"; }
-for _ in $(seq 1 100); do
-    if sink_count >/dev/null 2>&1; then break; fi
-    sleep 0.05
-done
-sink_count >/dev/null 2>&1 || die "the sink did not start"
+start_sink "$scratch/sink.log"
 
 secret=whsec_bench
 razorpay_secret=rzp_bench

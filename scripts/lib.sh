@@ -197,6 +197,30 @@ drop_bench_database() {
 # start_webhookd BINARY DB_URL SECRET LOG [VAR=value...]: serves the API
 # role (unless the variables say otherwise) on a free loopback port with the
 # Stripe secret; sets WEBHOOKD_PID and WEBHOOKD_URL once /readyz answers.
+# Starts the benchmarks' HTTP sink on a free port: bench/sink.js when Node
+# is there (BENCH_SINK=python: scripts/sink.py, as before 2026-12-06, also
+# where Node is missing). Sets sink_port, sink_pid (added to BENCH_PIDS, so
+# bench_cleanup stops it) and sink_kind; sink_count says how many
+# deliveries it received.
+start_sink() {
+    sink_port=$(free_port 18180)
+    if [ "${BENCH_SINK:-node}" = node ] && command -v node >/dev/null; then
+        sink_kind="Node (bench/sink.js)"
+        node bench/sink.js "$sink_port" > "$1" 2>&1 &
+    else
+        sink_kind="Python (scripts/sink.py)"
+        python3 scripts/sink.py "$sink_port" > "$1" 2>&1 &
+    fi
+    sink_pid=$!
+    BENCH_PIDS="${BENCH_PIDS:-} $sink_pid"
+    for _ in $(seq 1 100); do
+        if sink_count >/dev/null 2>&1; then return 0; fi
+        sleep 0.05
+    done
+    die "the sink did not start"
+}
+sink_count() { python3 -c 'import sys,urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())' "http://127.0.0.1:$sink_port/"; }
+
 start_webhookd() {
     local binary=$1 db_url=$2 secret=$3 logfile=$4 port
     shift 4
