@@ -129,7 +129,7 @@ impl<'d> Pipeline<'d> {
             }
             self.lease_if_wanted(stopping.is_cancelled());
             let idle = self.deliveries.is_empty() && self.queue.is_empty();
-            self.recorder.record_if_due(idle || stopping.is_cancelled());
+            self.recorder.record_if_due(idle, stopping.is_cancelled());
             if self.done(stopping.is_cancelled()) {
                 break;
             }

@@ -31,6 +31,8 @@ pub(super) struct Recorder<'d> {
     pending: Vec<Settled>,
     flush_at: Option<Instant>,
     recording: Pending<Recorded>,
+    /// When the last record statement started.
+    last_started: Option<Instant>,
 }
 
 impl<'d> Recorder<'d> {
@@ -40,6 +42,7 @@ impl<'d> Recorder<'d> {
             pending: Vec::new(),
             flush_at: None,
             recording: None,
+            last_started: None,
         }
     }
 
@@ -64,19 +67,29 @@ impl<'d> Recorder<'d> {
         self.flush_at.filter(|_| self.recording.is_none())
     }
 
-    /// Starts the record statement when it is time, or with `now` (nothing
-    /// else can add outcomes soon, or the drainer is stopping).
-    pub(super) fn record_if_due(&mut self, now: bool) {
+    /// Starts the record statement when it is time: when enough outcomes
+    /// wait, when the oldest has waited [`FLUSH_AFTER`], with `stopping`,
+    /// and when the drainer is `idle` (nothing else can add outcomes soon)
+    /// unless a statement started less than [`FLUSH_AFTER`] ago: under a
+    /// steady load the outcomes of several handed batches share one.
+    pub(super) fn record_if_due(&mut self, idle: bool, stopping: bool) {
         if self.recording.is_some() || self.pending.is_empty() {
             return;
         }
-        let waited = self.flush_at.is_some_and(|at| at <= Instant::now());
+        let started = Instant::now();
+        let waited = self.flush_at.is_some_and(|at| at <= started);
+        let now = stopping
+            || (idle
+                && self
+                    .last_started
+                    .is_none_or(|last| last + FLUSH_AFTER <= started));
         let enough = self.pending.len()
             >= usize::try_from(self.drainer.settings.batch.max(1)).unwrap_or(usize::MAX);
         if !(now || waited || enough) {
             return;
         }
         self.flush_at = None;
+        self.last_started = Some(started);
         let batch = std::mem::take(&mut self.pending);
         let (pool, now) = (self.drainer.pool.clone(), self.drainer.clock.pinned());
         count(&self.drainer.stats.record_statements, 1);
@@ -98,7 +111,7 @@ impl<'d> Recorder<'d> {
             let recorded = self.next().await;
             due = self.recorded(recorded, drained);
         }
-        self.record_if_due(true);
+        self.record_if_due(true, true);
         if self.recording.is_some() {
             let recorded = self.next().await;
             due = earliest(due, self.recorded(recorded, drained));
