@@ -250,14 +250,14 @@ if [ -n "$peer" ]; then
     BENCH_EXTRA_DBS=
 fi
 
-python3 - "$seconds" "$peak_rss" "$idle_rss" "$outbox_rows" "$dead_rows" "$deliveries" "$undelivered" \
+BENCH_SINK_KIND="$sink_kind" python3 - "$seconds" "$peak_rss" "$idle_rss" "$outbox_rows" "$dead_rows" "$deliveries" "$undelivered" \
     "${seed_tps[8]}" "${seed_tps[32]}" "${seed_tps[64]}" \
     "${own_tps[8]}" "${own_tps[32]}" "${own_tps[64]}" \
     "${credits[1]}" "${credits[8]}" "${credits[32]}" "${credits[64]}" "$mix" "$storm" \
     "$drain32" "$pooled" "$peer" "$peer_pool" "$peer_versions" \
     "${peer_runs[1]:-null}" "${peer_runs[8]:-null}" "${peer_runs[32]:-null}" \
     "${peer_books[1]:-null}" "${peer_books[8]:-null}" "${peer_books[32]:-null}" <<'PY'
-import json, sys
+import json, os, sys
 seconds, peak, idle, outbox_rows, dead, deliveries, undelivered = (int(a) for a in sys.argv[1:8])
 seed = dict(zip((8, 32, 64), (float(t) for t in sys.argv[8:11])))
 own = dict(zip((8, 32, 64), (float(t) for t in sys.argv[11:14])))
@@ -348,6 +348,8 @@ print("|---" * (len(columns) + 2) + "|")
 for r in rows:
     print("| " + " | ".join(r) + " |")
 print()
+print(f"HTTP sink: {os.environ.get('BENCH_SINK_KIND', 'unknown')}, on the same machine, "
+      "answering every delivery 200.")
 if peer_measured:
     print(f"Node/Express handler: bench/peer-node ({peer_versions}), one Node process, "
           f"PG_POOL_SIZE={peer_pool}: webhookd's pool (WEBHOOKD_DB_MAX_CONNECTIONS), on the seed schema "
