@@ -66,6 +66,15 @@ impl Decoded {
         matches!(self.effect, Effect::Credit { .. })
     }
 
+    /// What events deferred before it may wait for, that applying it
+    /// releases: a credit's payment, `(provider, payment id)`.
+    pub fn awaited(&self) -> Option<(&str, &str)> {
+        match &self.effect {
+            Effect::Credit { credit, .. } => Some((self.event.provider(), &credit.source_ref)),
+            _ => None,
+        }
+    }
+
     /// The events it may share statements with: those of its kind.
     pub fn set(&self) -> Set {
         match &self.effect {

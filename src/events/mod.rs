@@ -1,6 +1,8 @@
 //! The dedupe ledger (`processed_events`) and the events waiting for a
 //! dependency (`deferred_events`): all of their SQL.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
@@ -11,6 +13,7 @@ mod browse;
 mod import;
 mod outcome;
 mod stored;
+mod waiting;
 
 pub use browse::{
     Cursor, Deferred, Filter, PrefixCounts, Row, counts_by_outcome, counts_with_prefix, deferred,
@@ -19,6 +22,7 @@ pub use browse::{
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use stored::{Preview, Stored, find, preview, prune_batch};
+pub use waiting::{defer, knowing_nothing_waits, waiting, waiting_any};
 
 /// An event to claim, with the payload to store for it.
 pub struct Claim<'a> {
@@ -71,7 +75,9 @@ pub fn claim_key(provider: &str, event_id: &str) -> String {
 
 /// Claims each event of `claims` not recorded yet and then takes the locks
 /// of the events claimed, all in their global order. Returns the indexes of
-/// the claims that are new; copies among `claims` claim once (the first).
+/// the claims that are new (copies among `claims` claim once, the first),
+/// and which of `probes` (`(provider, waits_for)` keys that events may be
+/// deferred for) have events waiting, read once every lock is held.
 ///
 /// A claim is the advisory lock of the event's id ([`claim_key`]), not a
 /// row: the event's row is written once, with its outcome, at the end of
@@ -81,11 +87,15 @@ pub fn claim_key(provider: &str, event_id: &str) -> String {
 /// are read again in a statement of their own, which sees what that copy
 /// committed. An event recorded by a transaction that takes no claim (an
 /// import) between this read and the end is found by [`record_claimed`].
+/// The probes are read by `deferred_waiting`, with a snapshot taken after
+/// the locks: a deferral committed while the statement waited for them is
+/// seen.
 pub async fn claim_and_lock(
     conn: &mut PgConnection,
     claims: &[Claim<'_>],
     locks: &[Lock],
-) -> Result<Vec<usize>, sqlx::Error> {
+    probes: &[(&str, &str)],
+) -> Result<Claimed, sqlx::Error> {
     let providers: Vec<&str> = claims.iter().map(|c| c.event.provider()).collect();
     let event_ids: Vec<&str> = claims.iter().map(|c| c.event.event_id()).collect();
     let claim_keys: Vec<String> = claims
@@ -98,9 +108,12 @@ pub async fn claim_and_lock(
         .collect();
     let lock_class: Vec<i16> = locks.iter().map(|l| l.class).collect();
     let lock_key: Vec<&str> = locks.iter().map(|l| l.key.as_str()).collect();
+    let probe_providers: Vec<&str> = probes.iter().map(|(provider, _)| *provider).collect();
+    let probe_keys: Vec<&str> = probes.iter().map(|(_, key)| *key).collect();
     // The outer select takes the locks in the subquery's (sorted) order:
     // each first without waiting, then, if another transaction holds it,
-    // waiting for it, so that a claim that waited is known.
+    // waiting for it, so that a claim that waited is known; the probes
+    // depend on what the locks returned, so they are read after them.
     let rows = sqlx::query!(
         r#"
         with input as (
@@ -120,14 +133,23 @@ pub async fn claim_and_lock(
             from unnest($3::int[], $4::smallint[], $5::text[]) as lock (owner, class, key)
             where owner is null or owner in (select index from new)
         )
-        select new.index as "index!", false as "waited!" from new
+        select new.index as "index!", false as "waited!",
+               null::text as "provider?", null::text as "waits_for?"
+        from new
         union all
-        select -1, coalesce(bool_or(waited), false) from (
-            select case when pg_try_advisory_xact_lock(hash) then false
-                        else (select class = $6 from pg_advisory_xact_lock(hash) as waited)
-                   end as waited
-            from (select distinct class, hash from lock order by class, hash) as sorted
+        select -1, locks.waited, waiting.provider, waiting.waits_for
+        from (
+            select coalesce(bool_or(waited), false) as waited from (
+                select case when pg_try_advisory_xact_lock(hash) then false
+                            else (select class = $6 from pg_advisory_xact_lock(hash) as waited)
+                       end as waited
+                from (select distinct class, hash from lock order by class, hash) as sorted
+            ) as taken
         ) as locks
+        left join lateral (
+            select * from deferred_waiting($8::text[], $9::text[], locks.waited)
+            where cardinality($9::text[]) > 0
+        ) as waiting on true
         "#,
         &providers as &[&str],
         &event_ids as &[&str],
@@ -136,20 +158,40 @@ pub async fn claim_and_lock(
         &lock_key as &[&str],
         CLAIM_LOCK_CLASS,
         &claim_keys,
+        &probe_providers as &[&str],
+        &probe_keys as &[&str],
     )
     .fetch_all(&mut *conn)
     .await?;
-    let waited = rows.iter().any(|row| row.index < 0 && row.waited);
-    let mut claimed: Vec<usize> = rows
-        .into_iter()
-        .filter_map(|row| usize::try_from(row.index).ok())
-        .collect();
+    let mut waited = false;
+    let mut claimed = Vec::with_capacity(rows.len());
+    let mut waiting = HashSet::new();
+    for row in rows {
+        match usize::try_from(row.index) {
+            Ok(index) => claimed.push(index),
+            Err(_) => {
+                waited |= row.waited;
+                if let (Some(provider), Some(key)) = (row.provider, row.waits_for) {
+                    waiting.insert((provider, key));
+                }
+            }
+        }
+    }
     claimed.sort_unstable();
     if waited {
         let recorded = recorded_among(conn, claims, &claimed).await?;
         claimed.retain(|i| !recorded.contains(i));
     }
-    Ok(claimed)
+    Ok(Claimed { claimed, waiting })
+}
+
+/// What [`claim_and_lock`] claimed, and what it read of the probes.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// The indexes of the claims that are new, in order.
+    pub claimed: Vec<usize>,
+    /// The probes that have events waiting for them.
+    pub waiting: HashSet<(String, String)>,
 }
 
 /// Which of `claims[indexes]` are recorded, read by a statement of its own.
@@ -323,71 +365,6 @@ pub async fn record_outcome(
         detail,
     };
     record_outcomes(conn, &[recorded]).await
-}
-
-/// Which of `waits_for` (what `provider`'s deferred events wait for: a
-/// credit's key, an owner's) have events waiting.
-pub async fn waiting(
-    conn: &mut PgConnection,
-    provider: &str,
-    waits_for: &[&str],
-) -> Result<std::collections::HashSet<String>, sqlx::Error> {
-    let keys: Vec<(&str, &str)> = waits_for.iter().map(|key| (provider, *key)).collect();
-    let found = waiting_any(conn, &keys).await?;
-    Ok(found.into_iter().map(|(_, key)| key).collect())
-}
-
-/// [`waiting`] of `(provider, waits_for)` keys of any providers, in one
-/// statement.
-pub async fn waiting_any(
-    conn: &mut PgConnection,
-    keys: &[(&str, &str)],
-) -> Result<std::collections::HashSet<(String, String)>, sqlx::Error> {
-    if keys.is_empty() {
-        return Ok(std::collections::HashSet::new());
-    }
-    let providers: Vec<&str> = keys.iter().map(|(provider, _)| *provider).collect();
-    let waits_for: Vec<&str> = keys.iter().map(|(_, key)| *key).collect();
-    let found = sqlx::query!(
-        r#"
-        select wanted.provider as "provider!", wanted.waits_for as "waits_for!"
-        from unnest($1::text[], $2::text[]) as wanted (provider, waits_for)
-        where exists (
-            select 1 from deferred_events d
-            where d.provider = wanted.provider and d.waits_for = wanted.waits_for
-        )
-        "#,
-        &providers as &[&str],
-        &waits_for as &[&str],
-    )
-    .fetch_all(conn)
-    .await?;
-    Ok(found
-        .into_iter()
-        .map(|row| (row.provider, row.waits_for))
-        .collect())
-}
-
-/// Parks an event until `waits_for` (the key of its dependency) is applied.
-pub async fn defer(
-    conn: &mut PgConnection,
-    provider: &str,
-    event_id: &str,
-    waits_for: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        r#"
-        insert into deferred_events (provider, event_id, waits_for)
-        values ($1, $2, $3)
-        on conflict (provider, event_id) do update set waits_for = excluded.waits_for
-        "#,
-        provider,
-        event_id,
-        waits_for
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Ends the wait of event `event_id`, if it waits: a replay applied it.

@@ -196,7 +196,8 @@ async fn apply(
         claims: in_order.iter().map(|&i| &claims[i]).collect(),
         written: 0,
     };
-    let applied = match apply_in_order(&mut tx, &ordered, &schedule, Some(&mut unwritten)).await? {
+    let applying = apply_in_order(&mut tx, &ordered, &schedule, Some(&mut unwritten));
+    let applied = match events::knowing_nothing_waits(locked.nothing_waits, applying).await? {
         Applying::Applied(applied) => applied,
         stopped => {
             tx.rollback().await?;

@@ -5,6 +5,8 @@
 //! held. An event released by another ([`super::release`]) takes its own
 //! the same way, after those of the event that released it.
 
+use std::collections::HashSet;
+
 use sqlx::PgConnection;
 
 use crate::effects::{Decoded, KEY_LOCK_CLASS};
@@ -30,7 +32,20 @@ pub(super) async fn claim_and_lock(
     });
     let owner = |i: usize| claiming.then_some(i);
     let locks = locks(units, owner, !debits);
-    let claimed = events::claim_and_lock(conn, claims, &locks).await?;
+    // Read once the locks are held: what the credits would ask next.
+    let probes: Vec<(&str, &str)> = match claiming {
+        true => units.iter().filter_map(|unit| unit.awaited()).collect(),
+        false => Vec::new(),
+    };
+    let events::Claimed { claimed, waiting } =
+        events::claim_and_lock(conn, claims, &locks, &probes).await?;
+    // Only the claimed events' keys are locked: only they are known.
+    let nothing_waits = claimed
+        .iter()
+        .filter_map(|&i| units[i].awaited())
+        .filter(|(provider, key)| !waiting.contains(&((*provider).to_owned(), (*key).to_owned())))
+        .map(|(provider, key)| (provider.to_owned(), key.to_owned()))
+        .collect();
     let locked: Vec<&Decoded> = match claiming {
         true => claimed.iter().map(|&i| units[i]).collect(),
         false => units.to_vec(),
@@ -39,7 +54,11 @@ pub(super) async fn claim_and_lock(
         true => lock_wallets(conn, &locked).await?,
         false => vec![None; locked.len()],
     };
-    Ok(Locked { claimed, owners })
+    Ok(Locked {
+        claimed,
+        owners,
+        nothing_waits,
+    })
 }
 
 /// What [`claim_and_lock`] took.
@@ -50,6 +69,9 @@ pub(super) struct Locked {
     /// owner whose wallet a refund or
     /// a credit with a learned owner moves, when the lock found one.
     pub owners: Vec<Option<String>>,
+    /// The claimed events' keys that nothing waits for
+    /// ([`events::knowing_nothing_waits`]), read with their locks held.
+    pub nothing_waits: HashSet<(String, String)>,
 }
 
 /// The key locks of `units` (and their wallets' when `with_wallets`), each

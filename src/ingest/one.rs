@@ -72,8 +72,9 @@ async fn record_rejected(
     detail: &serde_json::Value,
 ) -> Result<bool, sqlx::Error> {
     let locks = [];
-    if events::claim_and_lock(conn, std::slice::from_ref(claim), &locks)
+    if events::claim_and_lock(conn, std::slice::from_ref(claim), &locks, &[])
         .await?
+        .claimed
         .is_empty()
     {
         return Ok(false);

@@ -6,7 +6,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 use webhookd::events;
 
-use crate::helpers::{TestApp, payment_intent_succeeded, spawn_app, until_waiting_on_locks};
+use crate::helpers::{
+    TestApp, charge, payment_intent_succeeded, spawn_app, until_waiting_on_locks,
+};
 
 /// What a copy in flight leaves once it commits: its recorded row.
 async fn record(tx: &mut sqlx::PgConnection, event_id: &str) {
@@ -105,5 +107,61 @@ async fn a_delivery_whose_claim_waited_for_a_copy_that_rolled_back_applies(pool:
     let (outcome, detail) = app.event("evt_back").await;
     assert_eq!(outcome, "processed");
     assert_eq!(detail["balance_minor"], 900);
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
+async fn a_refund_deferred_while_its_credits_claim_waited_is_released_by_the_credit(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    // A refund's transaction in flight, as it leaves things before its
+    // commit: its payment's key held, the refund recorded and deferred for
+    // that payment, whose credit has not arrived.
+    let refund = charge(
+        "evt_race_refund",
+        "charge.refunded",
+        "ch_race",
+        "pi_race",
+        900,
+        300,
+    );
+    let mut refunding = app.pool.begin().await.unwrap();
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended('stripe:credit:pi_race', 0))")
+        .execute(&mut *refunding)
+        .await
+        .unwrap();
+    sqlx::query(
+        "insert into processed_events (provider, event_id, event_type, outcome, payload)
+         values ('stripe', 'evt_race_refund', 'charge.refunded', 'deferred', $1::jsonb)",
+    )
+    .bind(&refund)
+    .execute(&mut *refunding)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into deferred_events (provider, event_id, waits_for)
+         values ('stripe', 'evt_race_refund', 'pi_race')",
+    )
+    .execute(&mut *refunding)
+    .await
+    .unwrap();
+
+    // The credit's claim waits for the payment's key, and the deferral
+    // commits while it waits: read after the locks, with a snapshot of its
+    // own, the waiting refund is found and released by the credit.
+    let body = payment_intent_succeeded("evt_race_credit", "pi_race", "user_1", 900);
+    let other = async {
+        until_waiting_on_locks(&app.pool, 1).await;
+        refunding.commit().await.unwrap();
+    };
+    tokio::join!(app.deliver(&body, "processed"), other);
+    assert_eq!(app.balance("user_1", "USD").await, Some(600));
+    let (outcome, _) = app.event("evt_race_refund").await;
+    assert_eq!(outcome, "processed");
+    assert_eq!(app.count("deferred_events").await, 0);
+    let (_, detail) = app.event("evt_race_credit").await;
+    assert_eq!(
+        detail["applied_deferred"],
+        serde_json::json!(["evt_race_refund"])
+    );
     app.assert_consistent().await;
 }
