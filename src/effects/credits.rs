@@ -98,19 +98,33 @@ pub(super) async fn record_capture(
     )
 }
 
-/// Upserts a payment row that only records a status (a failed, pending or
-/// declined payment). Its status never moves back, so it never undoes a
-/// capture.
-pub(super) async fn record_status(
+/// Upserts the payment rows that only record a status (a failed, pending
+/// or declined payment: [`Effect::Status`]), in order, in one statement
+/// when no two are one payment. A status never moves back, so it never
+/// undoes a capture. Call with their plans' locks held.
+pub(super) async fn record_statuses(
     conn: &mut PgConnection,
-    event: &Event,
-    payment: &PaymentRecord,
-) -> Result<Applied, Error> {
-    let row = payment.row(event.provider());
-    Ok(match payments::upsert(conn, &row, None).await? {
-        Recorded::Recorded { .. } => Applied::processed(json!({ "payment_id": row.payment_id })),
-        Recorded::Differs => Applied::rejected(payments::DIFFERS),
-    })
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, Error> {
+    let rows = units
+        .iter()
+        .map(|unit| match unit.effect() {
+            Effect::Status(payment) => Ok(payment.row(unit.event().provider())),
+            _ => Err(Error::Invariant("a set of statuses holds another event")),
+        })
+        .collect::<Result<Vec<Payment<'_>>, Error>>()?;
+    let upserts: Vec<(&Payment<'_>, Option<&str>)> = rows.iter().map(|row| (row, None)).collect();
+    let recorded = payments::upsert_many(conn, &upserts).await?;
+    Ok(rows
+        .iter()
+        .zip(recorded)
+        .map(|(row, recorded)| match recorded {
+            Recorded::Recorded { .. } => {
+                Applied::processed(json!({ "payment_id": row.payment_id }))
+            }
+            Recorded::Differs => Applied::rejected(payments::DIFFERS),
+        })
+        .collect())
 }
 
 /// Applies credits in order, in a handful of statements whatever their

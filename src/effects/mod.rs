@@ -83,6 +83,8 @@ impl Decoded {
             Effect::ChargeRefund(_) => Set::ChargeRefunds,
             Effect::Subscription { .. } => Set::Subscriptions,
             Effect::Refund { .. } => Set::Refunds,
+            Effect::Status(_) => Set::Statuses,
+            Effect::Forward => Set::Forwarded,
             other => Set::Each(std::mem::discriminant(other)),
         }
     }
@@ -127,6 +129,12 @@ pub enum Set {
     /// Subscriptions' states: many to a statement, as long as no two share
     /// a subscription or a customer ([`subscription::apply_all`]).
     Subscriptions,
+    /// Payment rows that only record a status: many to a statement
+    /// ([`credits::record_statuses`]).
+    Statuses,
+    /// Events forwarded as they are (generic and `record` sources): many
+    /// to a statement ([`source::forward_all`]).
+    Forwarded,
     /// Any other kind: one event after another, in order.
     Each(std::mem::Discriminant<Effect>),
 }
@@ -145,6 +153,8 @@ pub async fn apply_set(
         Set::ChargeRefunds => refunds::debit_charge_refunds(conn, units).await,
         Set::Subscriptions => subscription::apply_all(conn, units).await,
         Set::Refunds => refunds::debit_own_refunds(conn, units).await,
+        Set::Statuses => credits::record_statuses(conn, units).await,
+        Set::Forwarded => source::forward_all(conn, units).await,
         Set::Each(_) => match units.first() {
             Some(unit) => Ok(vec![apply(conn, unit).await?]),
             None => Ok(Vec::new()),
@@ -385,7 +395,7 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             linked.releases = learning::link_invoice(conn, event, payment, invoice).await?;
             Ok(linked)
         }
-        Effect::Status(payment) => credits::record_status(conn, event, payment).await,
+        Effect::Status(_) => one(credits::record_statuses(conn, &[unit]).await?),
         Effect::Receipt(_) => receipts::record_charges(conn, &[unit])
             .await?
             .pop()
@@ -403,7 +413,15 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .await?
             .pop()
             .ok_or(Error::Invariant("a subscription has no outcome")),
-        Effect::Forward => source::forward(conn, event).await,
+        Effect::Forward => one(source::forward_all(conn, &[unit]).await?),
+    }
+}
+
+/// The one answer of a set of one.
+fn one(mut applied: Vec<Applied>) -> Result<Applied, Error> {
+    match (applied.pop(), applied.is_empty()) {
+        (Some(applied), true) => Ok(applied),
+        _ => Err(Error::Invariant("a set of one event answered none or many")),
     }
 }
 

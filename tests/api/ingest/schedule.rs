@@ -200,3 +200,108 @@ async fn a_subscription_owner_taught_in_a_set_reaches_the_customers_subscription
     );
     assert_consistent(&pool).await;
 }
+
+/// A generic source's event (a Standard Webhooks source named `svix`).
+fn forwarded(event_id: &str) -> Event {
+    let body = json!({ "type": "user.created", "data": { "id": event_id } });
+    Event::from_stored(
+        "svix",
+        event_id,
+        "user.created",
+        Bytes::from(body.to_string()),
+    )
+    .unwrap()
+}
+
+/// Razorpay's `payment.failed` of `payment`: a status, recorded only.
+fn failed(event_id: &str, payment: &str) -> Event {
+    let body = json!({
+        "entity": "event", "account_id": "acc_1", "event": "payment.failed",
+        "contains": ["payment"], "created_at": now(),
+        "payload": {"payment": {"entity": {
+            "id": payment, "entity": "payment", "amount": 900, "currency": "INR",
+            "status": "failed", "amount_refunded": 0, "notes": {"user_id": "user_1"},
+            "created_at": now(),
+        }}},
+    });
+    Event::from_stored(
+        "razorpay",
+        event_id,
+        "payment.failed",
+        Bytes::from(body.to_string()),
+    )
+    .unwrap()
+}
+
+/// The id of the outbox row event `event_id` wrote.
+async fn outbox_of(pool: &PgPool, event_id: &str) -> i64 {
+    sqlx::query_scalar("select id from outbox where event_id = $1")
+        .bind(event_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn forwarded_events_and_payment_statuses_apply_as_sets_across_the_credits_between_them(
+    pool: PgPool,
+) {
+    let events = [
+        forwarded("msg_1"),
+        failed("rzp_failed_1", "pay_failed_1"),
+        credit("evt_c1", "pi_c1", "user_1", 100),
+        forwarded("msg_2"),
+        failed("rzp_failed_2", "pay_failed_2"),
+        credit("evt_c2", "pi_c2", "user_2", 200),
+        forwarded("msg_3"),
+    ];
+    let outcomes = batch(&pool, &events).await;
+    assert!(outcomes.iter().all(|o| o == "processed"), "{outcomes:?}");
+    // The forwarded events share one set: their rows were written together,
+    // ahead of the credits that arrived between them.
+    let (m1, m2, m3) = (
+        outbox_of(&pool, "msg_1").await,
+        outbox_of(&pool, "msg_2").await,
+        outbox_of(&pool, "msg_3").await,
+    );
+    assert_eq!((m2, m3), (m1 + 1, m1 + 2));
+    assert!(m3 < outbox_of(&pool, "evt_c1").await);
+    // And one statement: rows a statement writes share its command id.
+    let commands: i64 = sqlx::query_scalar(
+        "select count(distinct cmin::text) from outbox where topic = 'source.svix'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(commands, 1);
+    let commands: i64 = sqlx::query_scalar(
+        "select count(distinct cmin::text) from payments where provider = 'razorpay'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(commands, 1, "the statuses' payment rows share a statement");
+    let topic: String = sqlx::query_scalar("select topic from outbox where id = $1")
+        .bind(m1)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(topic, "source.svix");
+    // Each status recorded its payment row.
+    let (_, detail) = recorded(&pool, "rzp_failed_2").await;
+    assert_eq!(detail["payment_id"], "pay_failed_2");
+    let statuses: Vec<(String, String)> = sqlx::query_as(
+        "select payment_id, status from payments where provider = 'razorpay' order by payment_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        statuses,
+        [
+            ("pay_failed_1".to_owned(), "failed".to_owned()),
+            ("pay_failed_2".to_owned(), "failed".to_owned())
+        ]
+    );
+    assert_consistent(&pool).await;
+}
