@@ -250,6 +250,11 @@ impl Plan {
             } => {
                 let mut plan = keyed(credit_key(provider, &credit.source_ref));
                 plan.learns(provider, candidates);
+                // Its credit teaches its customer's owner, found or not
+                // through that customer.
+                if let Some(key) = customer(&credit.customer).filter(|k| !plan.keys.contains(k)) {
+                    plan.keys.push(key);
+                }
                 plan.finds_owner = Some((candidates.clone(), credit.currency.clone()));
                 plan
             }

@@ -709,3 +709,23 @@ async fn a_refund_racing_the_customer_that_releases_its_payment_is_not_left_wait
     assert_eq!(app.balance("acct_l", "USD").await, Some(100 + 400 - 100));
     app.assert_consistent().await;
 }
+
+#[test]
+fn an_intent_whose_owner_is_learned_holds_its_customers_key_which_its_credit_teaches() {
+    let body = intent("evt_plan", "pi_plan", Some("cus_plan"), 900);
+    let event = Event::from_stored(
+        "stripe",
+        "evt_plan",
+        "payment_intent.succeeded",
+        body.into(),
+    )
+    .unwrap();
+    let unit = webhookd::effects::decode(event);
+    assert!(!unit.is_credit(), "its owner is learned, not named");
+    // The default rule reads the owner learned for the payment, not the
+    // customer; crediting it teaches the customer's owner all the same.
+    assert_eq!(
+        unit.plan().keys,
+        ["stripe:credit:pi_plan", "stripe:customer:cus_plan"]
+    );
+}
