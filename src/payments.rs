@@ -56,15 +56,11 @@ pub async fn upsert_many<'a>(
     if payments.is_empty() {
         return Ok(Vec::new());
     }
-    if !db::all_distinct(payments.iter().map(|(p, _)| (p.provider, p.payment_id))) {
-        // One statement cannot change a row twice.
-        let mut recorded = Vec::with_capacity(payments.len());
-        for payment in payments {
-            recorded.extend(merge(conn, std::slice::from_ref(payment)).await?);
-        }
-        return Ok(recorded);
+    let mut recorded = Vec::with_capacity(payments.len());
+    for run in db::distinct_runs(payments, |(p, _)| (p.provider, p.payment_id)) {
+        recorded.extend(merge(conn, run).await?);
     }
-    merge(conn, payments).await
+    Ok(recorded)
 }
 
 /// [`upsert_many`] of distinct payments, in one statement.

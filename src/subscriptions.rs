@@ -77,18 +77,11 @@ pub async fn upsert_many(
     if nexts.is_empty() {
         return Ok(Vec::new());
     }
-    let ids = nexts
-        .iter()
-        .map(|(next, _, _)| (&next.provider, &next.subscription_id));
-    if !db::all_distinct(ids) {
-        // One statement cannot change a row twice.
-        let mut upserted = Vec::with_capacity(nexts.len());
-        for next in nexts {
-            upserted.extend(upsert_distinct(conn, std::slice::from_ref(next)).await?);
-        }
-        return Ok(upserted);
+    let mut upserted = Vec::with_capacity(nexts.len());
+    for run in db::distinct_runs(nexts, |(next, ..)| (&next.provider, &next.subscription_id)) {
+        upserted.extend(upsert_distinct(conn, run).await?);
     }
-    upsert_distinct(conn, nexts).await
+    Ok(upserted)
 }
 
 /// [`upsert_many`] of distinct subscriptions.
@@ -126,23 +119,30 @@ async fn upsert_distinct(
     Ok(upserted)
 }
 
-/// Gives the subscriptions of `customer_id` that have no owner the owner
-/// just learned for that customer. Moves no money and keeps every
-/// subscription's state and order.
+/// Gives the subscriptions of each `(provider, customer_id, user_id)`
+/// customer that have no owner the owner just learned for that customer,
+/// in one statement (none for none). Moves no money and keeps every
+/// subscription's state and order. Returns how many it gave.
 pub async fn attribute(
     conn: &mut PgConnection,
-    provider: &str,
-    customer_id: &str,
-    user_id: &str,
+    customers: &[(&str, &str, &str)],
 ) -> Result<u64, sqlx::Error> {
+    if customers.is_empty() {
+        return Ok(0);
+    }
+    let providers: Vec<&str> = customers.iter().map(|(p, ..)| *p).collect();
+    let ids: Vec<&str> = customers.iter().map(|(_, c, _)| *c).collect();
+    let owners: Vec<&str> = customers.iter().map(|(.., u)| *u).collect();
     let done = sqlx::query!(
         r#"
-        update subscriptions set user_id = $3
-        where provider = $1 and customer_id = $2 and user_id is null
+        update subscriptions s set user_id = given.user_id
+        from unnest($1::text[], $2::text[], $3::text[]) as given (provider, customer_id, user_id)
+        where s.provider = given.provider and s.customer_id = given.customer_id
+          and s.user_id is null
         "#,
-        provider,
-        customer_id,
-        user_id,
+        &providers as &[&str],
+        &ids as &[&str],
+        &owners as &[&str],
     )
     .execute(conn)
     .await?;

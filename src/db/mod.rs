@@ -326,12 +326,36 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
     }
 }
 
-/// Whether no two of `keys` are equal: a statement that writes a row per
-/// key may not change one row twice.
-pub fn all_distinct<K: Ord>(keys: impl IntoIterator<Item = K>) -> bool {
-    let mut keys: Vec<K> = keys.into_iter().collect();
-    let len = keys.len();
+/// `items` in the runs a statement that writes a row per item can take:
+/// all of them at once when no two have the same `key`, else one at a time
+/// (one statement may not change a row twice); none for no items.
+pub fn distinct_runs<T, K: Ord>(items: &[T], key: impl Fn(&T) -> K) -> Vec<&[T]> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    let mut keys: Vec<K> = items.iter().map(key).collect();
     keys.sort_unstable();
     keys.dedup();
-    keys.len() == len
+    match keys.len() == items.len() {
+        true => vec![items],
+        false => items.chunks(1).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_runs;
+
+    #[test]
+    fn distinct_items_are_one_run_and_any_repeat_makes_runs_of_one() {
+        let none: [(u8, u8); 0] = [];
+        assert!(distinct_runs(&none, |x| *x).is_empty());
+        let distinct = [(1, 'a'), (2, 'b'), (3, 'a')];
+        assert_eq!(distinct_runs(&distinct, |(k, _)| *k), vec![&distinct[..]]);
+        let runs = distinct_runs(&distinct, |(_, k)| *k);
+        assert_eq!(
+            runs,
+            vec![&distinct[0..1], &distinct[1..2], &distinct[2..3]]
+        );
+    }
 }

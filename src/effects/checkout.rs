@@ -3,82 +3,241 @@
 //! `payment` session credits that owner, under the intent's natural key,
 //! so that the session and `payment_intent.succeeded` credit once between
 //! them; any other session is announced (`checkout.completed`,
-//! `checkout.failed`).
+//! `checkout.failed`). Many sessions to a statement ([`apply_all`]).
 
-use serde_json::json;
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::credits;
-use super::effect::{Applied, CheckoutSession, Error};
-use super::teach::{Taught, teach};
-use crate::outbox;
-use crate::owners::{self, Subject};
+use super::effect::{Applied, CheckoutSession, Effect, Error, PlainCredit};
+use super::teach::{Lesson, Taught, teach_all};
+use super::{Decoded, credits};
+use crate::owners::{self, Candidate, Subject};
 use crate::providers::Event;
+use crate::{events, outbox};
 
-/// Applies a Checkout Session event. Call with its plan's locks held.
-pub(super) async fn apply(
+/// Applies a run of Checkout Session events ([`Effect::Checkout`]) in
+/// order, sharing their statements: their owners resolved in one, taught
+/// in one, their credits posted together ([`credits::credit_all`]), their
+/// announcements written in one. Answers a prefix of `units`, never empty
+/// when `units` is not: no two sessions of it share a key of their plans
+/// (a payment intent, a customer, a learned owner), so none reads or
+/// writes what another does; and it ends with the first session whose
+/// owners or credit events wait for, which apply before the next. Call
+/// with their plans' locks held.
+pub(super) async fn apply_all(
     conn: &mut PgConnection,
-    event: &Event,
-    session: &CheckoutSession,
-) -> Result<Applied, Error> {
-    let owner = owners::resolve(conn, event.provider(), &session.owner).await?;
-    let mut taught = Taught::default();
-    if let Some(user_id) = &owner {
-        if let Some(intent) = &session.payment_intent {
-            teach(conn, event, Subject::Payment, intent, user_id, &mut taught).await?;
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, Error> {
+    let mut sessions: Vec<(&Event, &CheckoutSession)> = Vec::with_capacity(units.len());
+    let mut keys: HashSet<&str> = HashSet::new();
+    for unit in units {
+        let Effect::Checkout(session) = unit.effect() else {
+            return Err(Error::Invariant("a set of sessions holds another event"));
+        };
+        let plan = &unit.plan().keys;
+        if !sessions.is_empty() && plan.iter().any(|key| keys.contains(key.as_str())) {
+            break;
         }
-        if let Some(customer) = &session.customer {
-            teach(
-                conn,
-                event,
-                Subject::Customer,
-                customer,
-                user_id,
-                &mut taught,
-            )
-            .await?;
-        }
+        keys.extend(plan.iter().map(String::as_str));
+        sessions.push((unit.event(), session));
     }
-    let applied = match (&session.credit, owner) {
-        (Some(owed), Some(user_id)) => credits::credit_one(conn, event, &owed.to(user_id)).await?,
-        (_, owner) => announce(conn, event, session, owner.as_deref()).await?,
-    };
-    Ok(taught.onto(applied))
+    let lists: Vec<(&str, &[Candidate])> = sessions
+        .iter()
+        .map(|(event, session)| (event.provider(), session.owner.as_slice()))
+        .collect();
+    let mut owners = owners::resolve_many(conn, &lists).await?;
+    let end = releasing_at(conn, &sessions, &owners).await?;
+    sessions.truncate(end);
+    owners.truncate(end);
+
+    let mut taught = teach_owners(conn, &sessions, &owners).await?;
+    let crediting: Vec<(usize, PlainCredit)> = sessions
+        .iter()
+        .zip(&owners)
+        .enumerate()
+        .filter_map(|(i, ((_, session), owner))| {
+            Some((i, session.credit.as_ref()?.to(owner.clone()?)))
+        })
+        .collect();
+    let credits: Vec<(&Event, &PlainCredit)> = crediting
+        .iter()
+        .map(|(i, credit)| (sessions[*i].0, credit))
+        .collect();
+    let credited = credits::credit_all(conn, &credits).await?;
+    if credited.len() != credits.len() {
+        return Err(Error::Invariant("a session's credit ended its run early"));
+    }
+    let mut applied: Vec<Option<Applied>> = sessions.iter().map(|_| None).collect();
+    for ((i, _), credited) in crediting.iter().zip(credited) {
+        applied[*i] = Some(credited);
+    }
+    let announcing: Vec<usize> = (0..sessions.len())
+        .filter(|&i| applied[i].is_none())
+        .collect();
+    let announced = announce(conn, &sessions, &owners, &announcing).await?;
+    for (i, announced) in announcing.into_iter().zip(announced) {
+        applied[i] = Some(announced);
+    }
+    applied
+        .into_iter()
+        .zip(taught.drain(..))
+        .map(|(applied, taught)| {
+            applied
+                .map(|applied| taught.onto(applied))
+                .ok_or(Error::Invariant("a session has no outcome"))
+        })
+        .collect()
 }
 
-/// `checkout.completed` or `checkout.failed`, with the session's owner.
+/// How many of `sessions` apply before what one of them releases: up to
+/// and with the first whose owners (taught when it has one) or credit
+/// events wait for. Usually known without a statement (the claim's
+/// probes, [`Decoded::awaited`]).
+async fn releasing_at(
+    conn: &mut PgConnection,
+    sessions: &[(&Event, &CheckoutSession)],
+    owners: &[Option<String>],
+) -> Result<usize, Error> {
+    let releases: Vec<Vec<String>> = sessions
+        .iter()
+        .zip(owners)
+        .map(|((_, session), owner)| match owner {
+            Some(_) => released_keys(session),
+            None => Vec::new(),
+        })
+        .collect();
+    let probes: Vec<(&str, &str)> = sessions
+        .iter()
+        .zip(&releases)
+        .flat_map(|((event, _), keys)| keys.iter().map(|key| (event.provider(), key.as_str())))
+        .collect();
+    let waiting = events::waiting_any(conn, &probes).await?;
+    let first = sessions
+        .iter()
+        .zip(&releases)
+        .position(|((event, _), keys)| {
+            keys.iter()
+                .any(|key| waiting.contains(&(event.provider().to_owned(), key.clone())))
+        });
+    Ok(first.map_or(sessions.len(), |i| i + 1))
+}
+
+/// What a session with an owner may release: the owner waits of its
+/// payment intent and its customer, and its credit's refunds.
+fn released_keys(session: &CheckoutSession) -> Vec<String> {
+    let intent = session.payment_intent.as_deref();
+    intent
+        .map(|intent| owners::wait_key(Subject::Payment, intent))
+        .into_iter()
+        .chain(
+            session
+                .customer
+                .as_deref()
+                .map(|c| owners::wait_key(Subject::Customer, c)),
+        )
+        .chain(
+            intent
+                .filter(|_| session.credit.is_some())
+                .map(str::to_owned),
+        )
+        .collect()
+}
+
+/// Teaches each session's owner, when it has one, for its payment intent
+/// and its customer, in one statement: what each session taught.
+async fn teach_owners(
+    conn: &mut PgConnection,
+    sessions: &[(&Event, &CheckoutSession)],
+    owners: &[Option<String>],
+) -> Result<Vec<Taught>, Error> {
+    let mut lessons: Vec<(usize, Lesson<'_>)> = Vec::new();
+    for (i, ((event, session), owner)) in sessions.iter().zip(owners).enumerate() {
+        let Some(user_id) = owner else { continue };
+        let subjects = [
+            (Subject::Payment, session.payment_intent.as_deref()),
+            (Subject::Customer, session.customer.as_deref()),
+        ];
+        for (subject, id) in subjects {
+            if let Some(id) = id {
+                lessons.push((
+                    i,
+                    Lesson {
+                        event,
+                        subject,
+                        id,
+                        user_id,
+                    },
+                ));
+            }
+        }
+    }
+    let only: Vec<Lesson<'_>> = lessons.iter().map(|(_, lesson)| *lesson).collect();
+    let mut taught: Vec<Taught> = sessions.iter().map(|_| Taught::default()).collect();
+    for ((i, _), learned) in lessons.iter().zip(teach_all(conn, &only).await?) {
+        taught[*i].merge(learned);
+    }
+    Ok(taught)
+}
+
+/// `checkout.completed` or `checkout.failed` of each session at
+/// `indexes`, with its owner, in one statement.
 async fn announce(
     conn: &mut PgConnection,
-    event: &Event,
-    session: &CheckoutSession,
-    user_id: Option<&str>,
-) -> Result<Applied, Error> {
-    let payload = json!({
-        "checkout_session": session.id,
-        "mode": session.mode,
-        "payment_status": session.payment_status,
-        "payment_intent": session.payment_intent,
-        "customer_id": session.customer,
-        "subscription_id": session.subscription,
-        "user_id": user_id,
-        "amount_total": session.amount_total,
-        "currency": session.currency,
-    });
-    let message = outbox::Message {
-        topic: session.announces,
-        provider: event.provider(),
-        event_id: event.event_id(),
-        event_type: Some(event.event_type()),
-        payload: &payload,
-        ordering_key: None,
-    };
-    let outbox_id = outbox::enqueue_one(conn, message).await?;
-    let applied = Applied::processed(json!({ "outbox_id": outbox_id }));
-    Ok(match (user_id, &session.credit) {
-        (None, Some(_)) => applied.noting(
-            "reason",
-            "paid, but no owner is known: the payment intent's own event waits for one".into(),
-        ),
-        _ => applied,
-    })
+    sessions: &[(&Event, &CheckoutSession)],
+    owners: &[Option<String>],
+    indexes: &[usize],
+) -> Result<Vec<Applied>, Error> {
+    if indexes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let payloads: Vec<Value> = indexes
+        .iter()
+        .map(|&i| {
+            let (_, session) = sessions[i];
+            json!({
+                "checkout_session": session.id,
+                "mode": session.mode,
+                "payment_status": session.payment_status,
+                "payment_intent": session.payment_intent,
+                "customer_id": session.customer,
+                "subscription_id": session.subscription,
+                "user_id": owners[i],
+                "amount_total": session.amount_total,
+                "currency": session.currency,
+            })
+        })
+        .collect();
+    let messages: Vec<outbox::Message<'_>> = indexes
+        .iter()
+        .zip(&payloads)
+        .map(|(&i, payload)| {
+            let (event, session) = sessions[i];
+            outbox::Message {
+                topic: session.announces,
+                provider: event.provider(),
+                event_id: event.event_id(),
+                event_type: Some(event.event_type()),
+                payload,
+                ordering_key: None,
+            }
+        })
+        .collect();
+    let outbox_ids = outbox::enqueue(conn, &messages).await?;
+    Ok(indexes
+        .iter()
+        .zip(outbox_ids)
+        .map(|(&i, outbox_id)| {
+            let applied = Applied::processed(json!({ "outbox_id": outbox_id }));
+            match (&owners[i], &sessions[i].1.credit) {
+                (None, Some(_)) => applied.noting(
+                    "reason",
+                    "paid, but no owner is known: the payment intent's own event waits for one"
+                        .into(),
+                ),
+                _ => applied,
+            }
+        })
+        .collect())
 }

@@ -12,9 +12,9 @@ use sqlx::PgConnection;
 
 use super::Decoded;
 use super::effect::{Applied, Effect, Error, PaymentRecord, PlainCredit};
-use super::teach::{Taught, teach};
+use super::teach::{Lesson, Taught, teach_all};
 use crate::ledger::{self, EntryKind, NewEntry};
-use crate::owners::Subject;
+use crate::owners::{self, Subject};
 use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
 use crate::{events, outbox};
@@ -138,7 +138,7 @@ pub(super) async fn record_statuses(
 /// of `credits`, never empty when `credits` is not. Call with the credits' and wallets' locks
 /// held (the engine takes them), so that every credit and deferred refund
 /// committed before is seen.
-async fn credit_all(
+pub(super) async fn credit_all(
     conn: &mut PgConnection,
     credits: &[(&Event, &PlainCredit)],
 ) -> Result<Vec<Applied>, Error> {
@@ -158,28 +158,49 @@ async fn credit_all(
     let waiting = waiting_for(conn, &entries).await?;
     let mut end = released_before(&entries, &waiting);
     // The customers the credits name teach their owner; one learned anew
-    // releases what waits for it, so it ends the run too.
-    let mut taught = Vec::with_capacity(end);
-    for (i, (event, credit)) in credits[..end].iter().enumerate() {
-        let mut learned = Taught::default();
-        if let Some(customer) = &credit.customer {
-            let (user_id, customer) = (&credit.user_id, customer.as_str());
-            teach(
-                conn,
-                event,
-                Subject::Customer,
-                customer,
-                user_id,
-                &mut learned,
-            )
-            .await?;
-        }
-        let new = learned.is_new();
-        taught.push(learned);
-        if new {
+    // that events wait for releases them, so it ends the run too.
+    let customers: Vec<String> = credits[..end]
+        .iter()
+        .filter_map(|(_, credit)| credit.customer.as_deref())
+        .map(|customer| owners::wait_key(Subject::Customer, customer))
+        .collect();
+    if !customers.is_empty() {
+        let keys: Vec<(&str, &str)> = credits[..end]
+            .iter()
+            .filter(|(_, credit)| credit.customer.is_some())
+            .zip(&customers)
+            .map(|((event, _), key)| (event.provider(), key.as_str()))
+            .collect();
+        let awaited = events::waiting_any(conn, &keys).await?;
+        if let Some(i) = credits[..end].iter().position(|(event, credit)| {
+            credit.customer.as_deref().is_some_and(|customer| {
+                let key = owners::wait_key(Subject::Customer, customer);
+                awaited.contains(&(event.provider().to_owned(), key))
+            })
+        }) {
             end = i + 1;
-            break;
         }
+    }
+    let lessons: Vec<(usize, Lesson<'_>)> = credits[..end]
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (event, credit))| {
+            let customer = credit.customer.as_deref()?;
+            Some((
+                i,
+                Lesson {
+                    event,
+                    subject: Subject::Customer,
+                    id: customer,
+                    user_id: &credit.user_id,
+                },
+            ))
+        })
+        .collect();
+    let lessons_only: Vec<Lesson<'_>> = lessons.iter().map(|(_, lesson)| *lesson).collect();
+    let mut taught: Vec<Taught> = (0..end).map(|_| Taught::default()).collect();
+    for ((i, _), learned) in lessons.iter().zip(teach_all(conn, &lessons_only).await?) {
+        taught[*i].merge(learned);
     }
     let posted = post_credits(conn, &entries[..end], &credits[..end], &waiting).await?;
     Ok(posted

@@ -66,12 +66,35 @@ impl Decoded {
         matches!(self.effect, Effect::Credit { .. })
     }
 
-    /// What events deferred before it may wait for, that applying it
-    /// releases: a credit's payment, `(provider, payment id)`.
-    pub fn awaited(&self) -> Option<(&str, &str)> {
+    /// The keys events deferred before it may wait for, that applying it
+    /// may release, as its provider's `waits_for`: a credit's payment, and
+    /// the owner wait of each subject it may teach (a customer, a
+    /// Checkout Session's payment intent). Each is covered by a key of its
+    /// plan, so a transaction holding those locks knows what waits.
+    pub fn awaited(&self) -> Vec<String> {
+        let owner =
+            |subject, id: &Option<String>| id.as_deref().map(|id| owners::wait_key(subject, id));
         match &self.effect {
-            Effect::Credit { credit, .. } => Some((self.event.provider(), &credit.source_ref)),
-            _ => None,
+            Effect::Credit { credit, .. } => [Some(credit.source_ref.clone())]
+                .into_iter()
+                .chain([owner(Subject::Customer, &credit.customer)])
+                .flatten()
+                .collect(),
+            Effect::Checkout(session) => [
+                session.payment_intent.clone(),
+                owner(Subject::Payment, &session.payment_intent),
+                owner(Subject::Customer, &session.customer),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            Effect::LearnCustomer { customer, .. } => {
+                vec![owners::wait_key(Subject::Customer, customer)]
+            }
+            Effect::LearnPayment { payment, .. } => {
+                vec![owners::wait_key(Subject::Payment, payment)]
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -85,6 +108,7 @@ impl Decoded {
             Effect::Refund { .. } => Set::Refunds,
             Effect::Status(_) => Set::Statuses,
             Effect::Forward => Set::Forwarded,
+            Effect::Checkout(_) => Set::Checkouts,
             other => Set::Each(std::mem::discriminant(other)),
         }
     }
@@ -135,6 +159,9 @@ pub enum Set {
     /// Events forwarded as they are (generic and `record` sources): many
     /// to a statement ([`source::forward_all`]).
     Forwarded,
+    /// Checkout Sessions: many to a statement, as long as no two share a
+    /// payment intent or a customer ([`checkout::apply_all`]).
+    Checkouts,
     /// Any other kind: one event after another, in order.
     Each(std::mem::Discriminant<Effect>),
 }
@@ -155,6 +182,7 @@ pub async fn apply_set(
         Set::Refunds => refunds::debit_own_refunds(conn, units).await,
         Set::Statuses => credits::record_statuses(conn, units).await,
         Set::Forwarded => source::forward_all(conn, units).await,
+        Set::Checkouts => checkout::apply_all(conn, units).await,
         Set::Each(_) => match units.first() {
             Some(unit) => Ok(vec![apply(conn, unit).await?]),
             None => Ok(Vec::new()),
@@ -388,7 +416,7 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             paid.releases = learning::link_invoice(conn, event, payment, invoice).await?;
             Ok(paid)
         }
-        Effect::Checkout(session) => checkout::apply(conn, event, session).await,
+        Effect::Checkout(_) => one(checkout::apply_all(conn, &[unit]).await?),
         Effect::LearnCustomer { customer, user_id } => {
             teach::learn_customer(conn, event, customer, user_id).await
         }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use sqlx::PgConnection;
 
 use super::effect::{Applied, Error};
-use crate::owners::{self, Learned, Subject};
+use crate::owners::{self, Learned, Subject, Teaching};
 use crate::providers::Event;
 use crate::subscriptions;
 
@@ -24,6 +24,12 @@ impl Taught {
         !self.releases.is_empty()
     }
 
+    /// What another lesson of the same event brought, added.
+    pub(super) fn merge(&mut self, other: Taught) {
+        self.releases.extend(other.releases);
+        self.conflicts.extend(other.conflicts);
+    }
+
     /// `applied`, releasing what the owners taught release, with the
     /// conflicting claims in `detail.owner_conflict`.
     pub(super) fn onto(self, mut applied: Applied) -> Applied {
@@ -35,10 +41,65 @@ impl Taught {
     }
 }
 
-/// Teaches that `subject` `id` belongs to `user_id`, as `event` says: the
-/// first owner learned stays. A new customer's owner is also given to its
-/// subscriptions that have none. Call with the subject's lock held (its
-/// plan's key, [`owners::lock_key`]).
+/// One owner an event teaches: `subject` `id` belongs to `user_id`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lesson<'a> {
+    pub event: &'a Event,
+    pub subject: Subject,
+    pub id: &'a str,
+    pub user_id: &'a str,
+}
+
+/// Teaches `lessons` in order, one statement for all when no two teach one
+/// subject: the first owner learned stays. A new customer's owner is also
+/// given to its subscriptions that have none. What each lesson brought, in
+/// order. Call with the subjects' locks held (their plans' keys,
+/// [`owners::lock_key`]).
+pub(super) async fn teach_all(
+    conn: &mut PgConnection,
+    lessons: &[Lesson<'_>],
+) -> Result<Vec<Taught>, Error> {
+    let teachings: Vec<Teaching<'_>> = lessons
+        .iter()
+        .map(|lesson| Teaching {
+            provider: lesson.event.provider(),
+            subject: lesson.subject,
+            id: lesson.id,
+            user_id: lesson.user_id,
+            event_id: lesson.event.event_id(),
+        })
+        .collect();
+    let learned = owners::learn(conn, &teachings).await?;
+    let customers: Vec<(&str, &str, &str)> = teachings
+        .iter()
+        .zip(&learned)
+        .filter(|(t, learned)| t.subject == Subject::Customer && **learned == Learned::New)
+        .map(|(t, _)| (t.provider, t.id, t.user_id))
+        .collect();
+    subscriptions::attribute(conn, &customers).await?;
+    Ok(teachings
+        .iter()
+        .zip(learned)
+        .map(|(t, learned)| {
+            let mut taught = Taught::default();
+            match learned {
+                Learned::New => taught.releases.push(owners::wait_key(t.subject, t.id)),
+                Learned::Known => {}
+                Learned::Conflict { kept, kept_by } => taught.conflicts.push(json!({
+                    "subject": t.subject.as_str(),
+                    "id": t.id,
+                    "claimed": t.user_id,
+                    "kept": kept,
+                    "kept_by": kept_by,
+                })),
+            }
+            taught
+        })
+        .collect())
+}
+
+/// Teaches that `subject` `id` belongs to `user_id`, as `event` says
+/// ([`teach_all`] of one), adding what it brought to `taught`.
 pub(super) async fn teach(
     conn: &mut PgConnection,
     event: &Event,
@@ -47,22 +108,14 @@ pub(super) async fn teach(
     user_id: &str,
     taught: &mut Taught,
 ) -> Result<(), Error> {
-    let provider = event.provider();
-    match owners::learn(conn, provider, subject, id, user_id, event.event_id()).await? {
-        Learned::New => {
-            if subject == Subject::Customer {
-                subscriptions::attribute(conn, provider, id, user_id).await?;
-            }
-            taught.releases.push(owners::wait_key(subject, id));
-        }
-        Learned::Known => {}
-        Learned::Conflict { kept, kept_by } => taught.conflicts.push(json!({
-            "subject": subject.as_str(),
-            "id": id,
-            "claimed": user_id,
-            "kept": kept,
-            "kept_by": kept_by,
-        })),
+    let lesson = Lesson {
+        event,
+        subject,
+        id,
+        user_id,
+    };
+    for learned in teach_all(conn, &[lesson]).await? {
+        taught.merge(learned);
     }
     Ok(())
 }

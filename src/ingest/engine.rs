@@ -338,42 +338,29 @@ async fn apply_in_order(
             }
             for (unit, mut result) in rest.iter().zip(done) {
                 if !result.releases.is_empty() {
-                    if schedule.crossed(applied.len())
-                        && releases_credits(conn, unit, &result.releases).await?
-                    {
-                        return Ok(Applying::Crossed);
+                    // Usually known without a statement (the claim's probes).
+                    let keys: Vec<&str> = result.releases.iter().map(String::as_str).collect();
+                    let waiting = events::waiting(conn, unit.event().provider(), &keys).await?;
+                    if !waiting.is_empty() {
+                        // An owner learned anew that frees credits: rows of
+                        // keys outside its plan.
+                        let frees_credits = waiting.iter().any(|key| owners::is_wait_key(key));
+                        if frees_credits && schedule.crossed(applied.len()) {
+                            return Ok(Applying::Crossed);
+                        }
+                        if let Some(unwritten) = unwritten.as_deref_mut()
+                            && !unwritten.write(conn, &applied).await?
+                        {
+                            return Ok(Applying::Recorded);
+                        }
                     }
-                    if let Some(unwritten) = unwritten.as_deref_mut()
-                        && !unwritten.write(conn, &applied).await?
-                    {
-                        return Ok(Applying::Recorded);
-                    }
-                    release::waiting(conn, unit.event(), &mut result).await?;
+                    release::waiting(conn, unit.event(), &mut result, &waiting).await?;
                 }
                 applied.push(result);
             }
         }
     }
     Ok(Applying::Applied(applied))
-}
-
-/// Whether `releases` (what `unit` applied releases) frees credits waiting
-/// for an owner learned anew: rows of keys outside `unit`'s plan.
-async fn releases_credits(
-    conn: &mut PgConnection,
-    unit: &Decoded,
-    releases: &[String],
-) -> Result<bool, Error> {
-    let learned: Vec<&str> = releases
-        .iter()
-        .map(String::as_str)
-        .filter(|key| owners::is_wait_key(key))
-        .collect();
-    if learned.is_empty() {
-        return Ok(false);
-    }
-    let waiting = events::waiting(conn, unit.event().provider(), &learned).await?;
-    Ok(!waiting.is_empty())
 }
 
 /// The keys `unit` shares with others: its event id, its plan's keys and

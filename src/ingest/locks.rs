@@ -32,19 +32,30 @@ pub(super) async fn claim_and_lock(
     });
     let owner = |i: usize| claiming.then_some(i);
     let locks = locks(units, owner, !debits);
-    // Read once the locks are held: what the credits would ask next.
-    let probes: Vec<(&str, &str)> = match claiming {
-        true => units.iter().filter_map(|unit| unit.awaited()).collect(),
+    // Read once the locks are held: what the effects would ask next.
+    let awaited: Vec<Vec<String>> = match claiming {
+        true => units.iter().map(|unit| unit.awaited()).collect(),
         false => Vec::new(),
     };
+    let probes: Vec<(&str, &str)> = units
+        .iter()
+        .zip(&awaited)
+        .flat_map(|(unit, keys)| {
+            keys.iter()
+                .map(|key| (unit.event().provider(), key.as_str()))
+        })
+        .collect();
     let events::Claimed { claimed, waiting } =
         events::claim_and_lock(conn, claims, &locks, &probes).await?;
     // Only the claimed events' keys are locked: only they are known.
     let nothing_waits = claimed
         .iter()
-        .filter_map(|&i| units[i].awaited())
-        .filter(|(provider, key)| !waiting.contains(&((*provider).to_owned(), (*key).to_owned())))
-        .map(|(provider, key)| (provider.to_owned(), key.to_owned()))
+        .filter_map(|&i| Some((units[i].event().provider(), awaited.get(i)?)))
+        .flat_map(|(provider, keys)| {
+            keys.iter()
+                .map(move |key| (provider.to_owned(), key.clone()))
+        })
+        .filter(|probe| !waiting.contains(probe))
         .collect();
     let locked: Vec<&Decoded> = match claiming {
         true => claimed.iter().map(|&i| units[i]).collect(),

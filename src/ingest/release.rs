@@ -14,6 +14,7 @@
 //! falls back to one event at a time; a lone event is answered 503 and
 //! redelivered). Nothing is lost or applied twice either way.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,16 +28,20 @@ use crate::providers::{Event, Receiver};
 use crate::{events, outbox};
 
 /// Applies what `applied` (the result of `event`) releases, if anything,
-/// listing their ids in its `applied_deferred`.
+/// listing their ids in its `applied_deferred`: the events waiting for its
+/// keys, of which `waiting` are those any event waits for (read under the
+/// keys' locks).
 pub(super) async fn waiting(
     conn: &mut PgConnection,
     event: &Event,
     applied: &mut Applied,
+    waiting: &HashSet<String>,
 ) -> Result<(), Error> {
-    let keys = std::mem::take(&mut applied.releases);
+    let mut keys = std::mem::take(&mut applied.releases);
     if keys.is_empty() {
         return Ok(());
     }
+    keys.retain(|key| waiting.contains(key));
     let by = event.event_id();
     let released = release_all(conn, event.provider(), event.receiver(), keys, by).await?;
     if let Value::Object(detail) = &mut applied.detail {

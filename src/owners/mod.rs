@@ -13,7 +13,7 @@ use crate::db;
 pub use rule::{Place, Rule, RuleError};
 
 /// What an owner is learned for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Subject {
     /// The provider's customer (`cus_…`).
     Customer,
@@ -105,43 +105,82 @@ pub enum Learned {
     Conflict { kept: String, kept_by: String },
 }
 
-/// Teaches that `subject` `id` of `provider` belongs to `user_id`, as
-/// `event_id` says. Call with the subject's lock held ([`lock_key`]).
-pub async fn learn(
+/// One owner to teach: `subject` `id` of `provider` belongs to `user_id`,
+/// as event `event_id` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Teaching<'a> {
+    pub provider: &'a str,
+    pub subject: Subject,
+    pub id: &'a str,
+    pub user_id: &'a str,
+    pub event_id: &'a str,
+}
+
+/// Teaches each of `teachings`, in order: what each found. One statement
+/// when no two teach one subject, else one after another. Call with the
+/// subjects' locks held ([`lock_key`]).
+pub async fn learn<'a>(
     conn: &mut PgConnection,
-    provider: &str,
-    subject: Subject,
-    id: &str,
-    user_id: &str,
-    event_id: &str,
-) -> Result<Learned, sqlx::Error> {
+    teachings: &[Teaching<'a>],
+) -> Result<Vec<Learned>, sqlx::Error> {
+    let mut learned = Vec::with_capacity(teachings.len());
+    for run in db::distinct_runs(teachings, |t| (t.provider, t.subject, t.id)) {
+        learned.extend(learn_distinct(conn, run).await?);
+    }
+    Ok(learned)
+}
+
+/// [`learn`] of distinct subjects, in one statement.
+async fn learn_distinct(
+    conn: &mut PgConnection,
+    teachings: &[Teaching<'_>],
+) -> Result<Vec<Learned>, sqlx::Error> {
+    let column =
+        |f: for<'t> fn(&'t Teaching<'_>) -> &'t str| teachings.iter().map(f).collect::<Vec<&str>>();
     // A claim of the same owner writes nothing; another owner's only
-    // counts itself.
-    let row = sqlx::query!(
+    // counts itself. Each row that comes back is its subject's by position.
+    let rows = sqlx::query!(
         r#"
-        insert into owners as o (provider, subject, subject_id, user_id, event_id)
-        values ($1, $2, $3, $4, $5)
-        on conflict (provider, subject, subject_id) do update
-            set conflicts = o.conflicts + 1
-            where o.user_id <> excluded.user_id
-        returning o.user_id, o.event_id, (xmax = 0) as "inserted!"
+        with input as (
+            select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                with ordinality as input (provider, subject, subject_id, user_id, event_id, position)
+        ), taught as (
+            insert into owners as o (provider, subject, subject_id, user_id, event_id)
+            select provider, subject, subject_id, user_id, event_id from input order by position
+            on conflict (provider, subject, subject_id) do update
+                set conflicts = o.conflicts + 1
+                where o.user_id <> excluded.user_id
+            returning o.provider, o.subject, o.subject_id, o.user_id, o.event_id,
+                      (xmax = 0) as inserted
+        )
+        select (input.position - 1)::int as "index!", taught.user_id as "user_id!",
+               taught.event_id as "event_id!", taught.inserted as "inserted!"
+        from taught join input using (provider, subject, subject_id)
         "#,
-        provider,
-        subject.as_str(),
-        id,
-        user_id,
-        event_id,
+        &column(|t| t.provider) as &[&str],
+        &teachings.iter().map(|t| t.subject.as_str()).collect::<Vec<_>>() as &[&str],
+        &column(|t| t.id) as &[&str],
+        &column(|t| t.user_id) as &[&str],
+        &column(|t| t.event_id) as &[&str],
     )
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(match row {
-        None => Learned::Known,
-        Some(row) if row.inserted => Learned::New,
-        Some(row) => Learned::Conflict {
-            kept: row.user_id,
-            kept_by: row.event_id,
-        },
-    })
+    let mut learned = vec![Learned::Known; teachings.len()];
+    for row in rows {
+        if let Some(slot) = usize::try_from(row.index)
+            .ok()
+            .and_then(|i| learned.get_mut(i))
+        {
+            *slot = match row.inserted {
+                true => Learned::New,
+                false => Learned::Conflict {
+                    kept: row.user_id,
+                    kept_by: row.event_id,
+                },
+            };
+        }
+    }
+    Ok(learned)
 }
 
 /// The owner learned for `subject` `id` of `provider`, if any.
@@ -169,18 +208,89 @@ pub async fn resolve(
     provider: &str,
     candidates: &[Candidate],
 ) -> Result<Option<String>, sqlx::Error> {
-    for candidate in candidates {
-        match candidate {
-            Candidate::Named(user_id) => return Ok(Some(user_id.clone())),
-            learned => {
-                let (subject, id) = learned.learned().expect("not named");
-                if let Some(owner) = of(conn, provider, subject, id).await? {
-                    return Ok(Some(owner));
-                }
+    Ok(resolve_many(conn, &[(provider, candidates)])
+        .await?
+        .pop()
+        .flatten())
+}
+
+/// [`resolve`] of each `(provider, candidates)`, in one statement for all
+/// the learned subjects they read (none when each names its owner first).
+pub async fn resolve_many(
+    conn: &mut PgConnection,
+    lists: &[(&str, &[Candidate])],
+) -> Result<Vec<Option<String>>, sqlx::Error> {
+    // What each list reads: its learned candidates before its first named one.
+    let mut wanted: Vec<(&str, Subject, &str)> = Vec::new();
+    for (provider, candidates) in lists {
+        for candidate in candidates.iter() {
+            let Some((subject, id)) = candidate.learned() else {
+                break;
+            };
+            if !wanted.contains(&(provider, subject, id)) {
+                wanted.push((provider, subject, id));
             }
         }
     }
-    Ok(None)
+    let learned = learned_of(conn, &wanted).await?;
+    Ok(lists
+        .iter()
+        .map(|(provider, candidates)| {
+            candidates.iter().find_map(|candidate| match candidate {
+                Candidate::Named(user_id) => Some(user_id.clone()),
+                learned_one => {
+                    let (subject, id) = learned_one.learned()?;
+                    learned
+                        .iter()
+                        .find(|(p, s, i, _)| p == provider && *s == subject && i == id)
+                        .map(|(.., user_id)| user_id.clone())
+                }
+            })
+        })
+        .collect())
+}
+
+/// The owners learned for `wanted` subjects, in one statement (none for
+/// none): `(provider, subject, id, user_id)` of those that have one.
+async fn learned_of(
+    conn: &mut PgConnection,
+    wanted: &[(&str, Subject, &str)],
+) -> Result<Vec<(String, Subject, String, String)>, sqlx::Error> {
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let providers: Vec<&str> = wanted.iter().map(|(p, ..)| *p).collect();
+    let subjects: Vec<&str> = wanted.iter().map(|(_, s, _)| s.as_str()).collect();
+    let ids: Vec<&str> = wanted.iter().map(|(.., id)| *id).collect();
+    let rows = sqlx::query!(
+        r#"
+        select (wanted.position - 1)::int as "index!", o.user_id
+        from unnest($1::text[], $2::text[], $3::text[]) with ordinality
+            as wanted (provider, subject, subject_id, position)
+        cross join lateral (
+            select user_id from owners o
+            where o.provider = wanted.provider and o.subject = wanted.subject
+              and o.subject_id = wanted.subject_id
+        ) as o
+        "#,
+        &providers as &[&str],
+        &subjects as &[&str],
+        &ids as &[&str],
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let (provider, subject, id) = wanted.get(usize::try_from(row.index).ok()?)?;
+            Some((
+                (*provider).to_owned(),
+                *subject,
+                (*id).to_owned(),
+                row.user_id,
+            ))
+        })
+        .collect())
 }
 
 /// Owners learned and conflicting claims, for the console and metrics.

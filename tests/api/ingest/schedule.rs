@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use webhookd::ingest;
 use webhookd::providers::{Event, Receiver};
 
-use crate::effects::checkout::objects::{customer_object, intent_object_at};
+use crate::effects::checkout::objects::{Session, customer_object, intent, intent_object_at};
 use crate::helpers::{assert_consistent, charge, now, payment_intent_succeeded};
 
 fn stripe(event_id: &str, event_type: &str, body: String) -> Event {
@@ -303,5 +303,66 @@ async fn forwarded_events_and_payment_statuses_apply_as_sets_across_the_credits_
             ("pay_failed_2".to_owned(), "failed".to_owned())
         ]
     );
+    assert_consistent(&pool).await;
+}
+
+/// A `checkout.session.completed` of a paid session.
+fn session(event_id: &str, id: &str, intent: &str, owner: &str, amount: i64) -> Event {
+    let body = Session::paid(id, intent, owner, amount).completed(event_id);
+    stripe(event_id, "checkout.session.completed", body)
+}
+
+/// How many statements wrote the rows of `table` that `filter` selects:
+/// rows a statement writes share its command id.
+async fn statements(pool: &PgPool, table: &str, filter: &str) -> i64 {
+    let query = format!("select count(distinct cmin::text) from {table} where {filter}");
+    sqlx::query_scalar(&query).fetch_one(pool).await.unwrap()
+}
+
+#[sqlx::test]
+async fn checkout_sessions_share_their_statements_until_one_releases_a_waiting_intent(
+    pool: PgPool,
+) {
+    // The intent of the third session arrived first and waits for its owner.
+    let waiting = intent("evt_i3", "pi_s3", None, 300);
+    let waiting = stripe("evt_i3", "payment_intent.succeeded", waiting);
+    assert_eq!(batch(&pool, &[waiting]).await, ["deferred"]);
+    let events = [
+        session("evt_s1", "cs_1", "pi_s1", "user_1", 100),
+        session("evt_s2", "cs_2", "pi_s2", "user_2", 200),
+        session("evt_s3", "cs_3", "pi_s3", "user_3", 300),
+        session("evt_s4", "cs_4", "pi_s4", "user_1", 400),
+        session("evt_s5", "cs_5", "pi_s5", "user_5", 500),
+    ];
+    let outcomes = batch(&pool, &events).await;
+    assert!(outcomes.iter().all(|o| o == "processed"), "{outcomes:?}");
+    // The first three sessions taught their owners in one statement and
+    // credited in one; the third released the intent waiting for its owner,
+    // which applied before the sessions after it, so they form a set of
+    // their own.
+    let owners_of = |ids: &str| format!("subject_id in ({ids})");
+    assert_eq!(
+        statements(&pool, "owners", &owners_of("'pi_s1', 'pi_s2', 'pi_s3'")).await,
+        1
+    );
+    assert_eq!(
+        statements(&pool, "owners", &owners_of("'pi_s4', 'pi_s5'")).await,
+        1
+    );
+    assert_eq!(
+        statements(&pool, "owners", &owners_of("'pi_s3', 'pi_s4'")).await,
+        2
+    );
+    let credits = "kind = 'credit' and source_ref in ('pi_s1', 'pi_s2', 'pi_s3')";
+    assert_eq!(statements(&pool, "wallet_entries", credits).await, 1);
+    // The intent, released, found its credit posted by its session.
+    let (outcome, detail) = recorded(&pool, "evt_i3").await;
+    assert_eq!(outcome, "ignored", "{detail}");
+    assert_eq!(detail["owner_event_id"], "evt_s3");
+    let (_, detail) = recorded(&pool, "evt_s3").await;
+    assert_eq!(detail["applied_deferred"], json!(["evt_i3"]));
+    // Every wallet once, user_1's in arrival order.
+    assert_eq!(announced_balances(&pool, "user_1").await, [100, 500]);
+    assert_eq!(announced_balances(&pool, "user_3").await, [300]);
     assert_consistent(&pool).await;
 }
