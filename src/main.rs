@@ -6,12 +6,6 @@ use std::process::ExitCode;
 use webhookd::cli::Command;
 use webhookd::telemetry;
 
-/// A request allocates and frees many small buffers across the runtime's
-/// threads; glibc's allocator spent a fifth of the service's CPU on them
-/// (`docs/PERFORMANCE.md`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let (cli, layers) = match webhookd::cli::read(std::env::args_os().collect()) {
