@@ -80,11 +80,46 @@ pub async fn paid_by(
     provider: &str,
     payment_id: &str,
 ) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "select invoice_id from invoice_payments where provider = $1 and payment_id = $2",
-        provider,
-        payment_id,
+    Ok(paid_by_many(conn, &[(provider, payment_id)])
+        .await?
+        .pop()
+        .flatten())
+}
+
+/// [`paid_by`] of each `(provider, payment_id)`, in one statement (none
+/// for none).
+pub async fn paid_by_many(
+    conn: &mut PgConnection,
+    payments: &[(&str, &str)],
+) -> Result<Vec<Option<String>>, sqlx::Error> {
+    let mut paid = vec![None; payments.len()];
+    if payments.is_empty() {
+        return Ok(paid);
+    }
+    let providers: Vec<&str> = payments.iter().map(|(p, _)| *p).collect();
+    let ids: Vec<&str> = payments.iter().map(|(_, id)| *id).collect();
+    let rows = sqlx::query!(
+        r#"
+        select (wanted.position - 1)::int as "index!", i.invoice_id
+        from unnest($1::text[], $2::text[]) with ordinality
+            as wanted (provider, payment_id, position)
+        cross join lateral (
+            select invoice_id from invoice_payments i
+            where i.provider = wanted.provider and i.payment_id = wanted.payment_id
+        ) as i
+        "#,
+        &providers as &[&str],
+        &ids as &[&str],
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_all(conn)
+    .await?;
+    for row in rows {
+        if let Some(slot) = usize::try_from(row.index)
+            .ok()
+            .and_then(|i| paid.get_mut(i))
+        {
+            *slot = Some(row.invoice_id);
+        }
+    }
+    Ok(paid)
 }

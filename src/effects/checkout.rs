@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use sqlx::PgConnection;
 
 use super::effect::{Applied, CheckoutSession, Effect, Error, PlainCredit};
-use super::teach::{Lesson, Taught, teach_all};
-use super::{Decoded, credits};
+use super::teach::{Lesson, Taught, teach_each};
+use super::{Decoded, credits, waits};
+use crate::outbox;
 use crate::owners::{self, Candidate, Subject};
 use crate::providers::Event;
-use crate::{events, outbox};
 
 /// Applies a run of Checkout Session events ([`Effect::Checkout`]) in
 /// order, sharing their statements: their owners resolved in one, taught
@@ -48,7 +48,16 @@ pub(super) async fn apply_all(
         .map(|(event, session)| (event.provider(), session.owner.as_slice()))
         .collect();
     let mut owners = owners::resolve_many(conn, &lists).await?;
-    let end = releasing_at(conn, &sessions, &owners).await?;
+    // A session with an owner teaches it, and credits it when paid.
+    let releases: Vec<(&str, Vec<String>)> = sessions
+        .iter()
+        .zip(&owners)
+        .map(|((event, session), owner)| match owner {
+            Some(_) => (event.provider(), released_keys(session)),
+            None => (event.provider(), Vec::new()),
+        })
+        .collect();
+    let end = waits::released_after(conn, &releases).await?;
     sessions.truncate(end);
     owners.truncate(end);
 
@@ -89,39 +98,6 @@ pub(super) async fn apply_all(
                 .ok_or(Error::Invariant("a session has no outcome"))
         })
         .collect()
-}
-
-/// How many of `sessions` apply before what one of them releases: up to
-/// and with the first whose owners (taught when it has one) or credit
-/// events wait for. Usually known without a statement (the claim's
-/// probes, [`Decoded::awaited`]).
-async fn releasing_at(
-    conn: &mut PgConnection,
-    sessions: &[(&Event, &CheckoutSession)],
-    owners: &[Option<String>],
-) -> Result<usize, Error> {
-    let releases: Vec<Vec<String>> = sessions
-        .iter()
-        .zip(owners)
-        .map(|((_, session), owner)| match owner {
-            Some(_) => released_keys(session),
-            None => Vec::new(),
-        })
-        .collect();
-    let probes: Vec<(&str, &str)> = sessions
-        .iter()
-        .zip(&releases)
-        .flat_map(|((event, _), keys)| keys.iter().map(|key| (event.provider(), key.as_str())))
-        .collect();
-    let waiting = events::waiting_any(conn, &probes).await?;
-    let first = sessions
-        .iter()
-        .zip(&releases)
-        .position(|((event, _), keys)| {
-            keys.iter()
-                .any(|key| waiting.contains(&(event.provider().to_owned(), key.clone())))
-        });
-    Ok(first.map_or(sessions.len(), |i| i + 1))
 }
 
 /// What a session with an owner may release: the owner waits of its
@@ -173,12 +149,7 @@ async fn teach_owners(
             }
         }
     }
-    let only: Vec<Lesson<'_>> = lessons.iter().map(|(_, lesson)| *lesson).collect();
-    let mut taught: Vec<Taught> = sessions.iter().map(|_| Taught::default()).collect();
-    for ((i, _), learned) in lessons.iter().zip(teach_all(conn, &only).await?) {
-        taught[*i].merge(learned);
-    }
-    Ok(taught)
+    teach_each(conn, sessions.len(), &lessons).await
 }
 
 /// `checkout.completed` or `checkout.failed` of each session at

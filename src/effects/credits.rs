@@ -10,9 +10,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::Decoded;
-use super::effect::{Applied, Effect, Error, PaymentRecord, PlainCredit};
-use super::teach::{Lesson, Taught, teach_all};
+use super::effect::{Applied, Effect, Error, PlainCredit};
+use super::teach::{Lesson, teach_each};
+use super::{Decoded, waits};
 use crate::ledger::{self, EntryKind, NewEntry};
 use crate::owners::{self, Subject};
 use crate::payments::{self, Payment, Recorded};
@@ -81,23 +81,6 @@ pub async fn apply_credits(
         .ok_or(Error::Invariant("a credit in the run has no outcome"))
 }
 
-/// Upserts the payment row of a capture as the event that announces it:
-/// `Some(rejected)` when the stored payment has another amount or currency
-/// (then nothing is credited).
-pub(super) async fn record_capture(
-    conn: &mut PgConnection,
-    event: &Event,
-    payment: &PaymentRecord,
-) -> Result<Option<Applied>, Error> {
-    let row = payment.row(event.provider());
-    Ok(
-        match payments::upsert(conn, &row, Some(event.event_id())).await? {
-            Recorded::Differs => Some(Applied::rejected(payments::DIFFERS)),
-            Recorded::Recorded { .. } => None,
-        },
-    )
-}
-
 /// Upserts the payment rows that only record a status (a failed, pending
 /// or declined payment: [`Effect::Status`]), in order, in one statement
 /// when no two are one payment. A status never moves back, so it never
@@ -159,28 +142,15 @@ pub(super) async fn credit_all(
     let mut end = released_before(&entries, &waiting);
     // The customers the credits name teach their owner; one learned anew
     // that events wait for releases them, so it ends the run too.
-    let customers: Vec<String> = credits[..end]
+    let customers: Vec<(&str, Vec<String>)> = credits[..end]
         .iter()
-        .filter_map(|(_, credit)| credit.customer.as_deref())
-        .map(|customer| owners::wait_key(Subject::Customer, customer))
+        .map(|(event, credit)| {
+            let customer = credit.customer.as_deref();
+            let wait = customer.map(|customer| owners::wait_key(Subject::Customer, customer));
+            (event.provider(), wait.into_iter().collect())
+        })
         .collect();
-    if !customers.is_empty() {
-        let keys: Vec<(&str, &str)> = credits[..end]
-            .iter()
-            .filter(|(_, credit)| credit.customer.is_some())
-            .zip(&customers)
-            .map(|((event, _), key)| (event.provider(), key.as_str()))
-            .collect();
-        let awaited = events::waiting_any(conn, &keys).await?;
-        if let Some(i) = credits[..end].iter().position(|(event, credit)| {
-            credit.customer.as_deref().is_some_and(|customer| {
-                let key = owners::wait_key(Subject::Customer, customer);
-                awaited.contains(&(event.provider().to_owned(), key))
-            })
-        }) {
-            end = i + 1;
-        }
-    }
+    end = waits::released_after(conn, &customers).await?;
     let lessons: Vec<(usize, Lesson<'_>)> = credits[..end]
         .iter()
         .enumerate()
@@ -197,11 +167,7 @@ pub(super) async fn credit_all(
             ))
         })
         .collect();
-    let lessons_only: Vec<Lesson<'_>> = lessons.iter().map(|(_, lesson)| *lesson).collect();
-    let mut taught: Vec<Taught> = (0..end).map(|_| Taught::default()).collect();
-    for ((i, _), learned) in lessons.iter().zip(teach_all(conn, &lessons_only).await?) {
-        taught[*i].merge(learned);
-    }
+    let taught = teach_each(conn, end, &lessons).await?;
     let posted = post_credits(conn, &entries[..end], &credits[..end], &waiting).await?;
     Ok(posted
         .into_iter()
@@ -230,18 +196,6 @@ fn released_before(entries: &[NewEntry<'_>], waiting: &HashSet<(&str, &str)>) ->
         }
     }
     entries.len()
-}
-
-/// Applies one credit as a run of one ([`credit_all`]).
-pub(super) async fn credit_one(
-    conn: &mut PgConnection,
-    event: &Event,
-    credit: &PlainCredit,
-) -> Result<Applied, Error> {
-    credit_all(conn, &[(event, credit)])
-        .await?
-        .pop()
-        .ok_or(Error::Invariant("a credit has no outcome"))
 }
 
 /// Posts and announces `entries`; the last may release what waits for it.

@@ -1,52 +1,183 @@
 //! Payments whose owner is learned rather than written on them: a credit
-//! finds its owner, or waits for it ([`credit_unowned`]); a payment that
+//! finds its owner, or waits for it ([`credit_unowned_all`]); a payment that
 //! pays an invoice is the invoice's ([`link_invoice`], [`pays_invoice`]).
+
+use std::collections::HashSet;
 
 use serde_json::json;
 use sqlx::PgConnection;
 
-use super::credits;
-use super::effect::{Applied, Error, Owed, PaymentRecord};
+use super::effect::{Applied, Effect, Error, Owed, PaymentRecord, PlainCredit};
+use super::{Decoded, credits, waits};
 use crate::owners::{self, Candidate, Subject};
+use crate::payments::{self, Payment, Recorded};
 use crate::providers::Event;
 use crate::{events, invoices};
 
-/// Credits `owed` to the first of `candidates` that yields an owner, after
-/// recording its `payment` row if it carries one; a
+/// Applies a run of credits whose owner is learned ([`Effect::Unowned`]) in
+/// order, sharing their statements: which pay an invoice (read in one
+/// statement), their owners (resolved in one), the payment rows of those
+/// that carry one, the credits (posted together,
+/// [`credits::credit_all`]) and the waits of those with no owner yet (in
+/// one). Each credits the first of its candidates that yields an owner; a
 /// payment that pays an invoice is the invoice's; with no owner known yet
-/// the event waits for one (`deferred`). Call with its plan's locks held
-/// (its owner's wallet among them: the engine resolves it the same way).
-pub(super) async fn credit_unowned(
+/// it waits for one (`deferred`). Answers a prefix of `units`, never empty
+/// when `units` is not: no two of it share a key of their plans, and it
+/// ends with the first credit that events wait for, which apply before the
+/// next. Call with their plans' locks held (their owners' wallets among
+/// them: the engine resolves them the same way).
+pub(super) async fn credit_unowned_all(
     conn: &mut PgConnection,
-    event: &Event,
-    owed: &Owed,
-    candidates: &[Candidate],
-    payment: Option<&PaymentRecord>,
-) -> Result<Applied, Error> {
-    let provider = event.provider();
-    if let Some(invoice) = invoices::paid_by(conn, provider, &owed.source_ref).await? {
-        return Ok(pays_invoice(&invoice));
-    }
-    match owners::resolve(conn, provider, candidates).await? {
-        Some(user_id) => {
-            let credit = owed.to(user_id);
-            if let Some(payment) = payment {
-                let row = PaymentRecord {
-                    user_id: Some(credit.user_id.clone()),
-                    ..payment.clone()
-                };
-                if let Some(rejected) = credits::record_capture(conn, event, &row).await? {
-                    return Ok(rejected);
-                }
-            }
-            credits::credit_one(conn, event, &credit).await
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, Error> {
+    let mut owing: Vec<Owing<'_>> = Vec::with_capacity(units.len());
+    let mut keys: HashSet<&str> = HashSet::new();
+    for unit in units {
+        let Effect::Unowned {
+            credit,
+            candidates,
+            payment,
+        } = unit.effect()
+        else {
+            return Err(Error::Invariant(
+                "a set of learned credits holds another event",
+            ));
+        };
+        let plan = &unit.plan().keys;
+        if !owing.is_empty() && plan.iter().any(|key| keys.contains(key.as_str())) {
+            break;
         }
-        None => {
-            let waits_for = wait_for(candidates, &owed.source_ref);
-            events::defer(conn, provider, event.event_id(), &waits_for).await?;
-            Ok(Applied::deferred(&waits_for))
+        keys.extend(plan.iter().map(String::as_str));
+        owing.push(Owing {
+            event: unit.event(),
+            owed: credit,
+            candidates,
+            payment: payment.as_ref(),
+        });
+    }
+    let payments: Vec<(&str, &str)> = owing
+        .iter()
+        .map(|o| (o.event.provider(), o.owed.source_ref.as_str()))
+        .collect();
+    let invoices = invoices::paid_by_many(conn, &payments).await?;
+    let lists: Vec<(&str, &[Candidate])> = owing
+        .iter()
+        .zip(&invoices)
+        .map(|(o, invoice)| match invoice {
+            Some(_) => (o.event.provider(), &[][..]),
+            None => (o.event.provider(), o.candidates),
+        })
+        .collect();
+    let mut owners = owners::resolve_many(conn, &lists).await?;
+    // A payment with an owner is credited, which teaches its customer's.
+    let releases: Vec<(&str, Vec<String>)> = owing
+        .iter()
+        .zip(&owners)
+        .map(|(o, owner)| match owner {
+            Some(_) => (o.event.provider(), released_keys(o.owed)),
+            None => (o.event.provider(), Vec::new()),
+        })
+        .collect();
+    let end = waits::released_after(conn, &releases).await?;
+    owing.truncate(end);
+    owners.truncate(end);
+
+    let mut applied: Vec<Option<Applied>> = invoices[..end]
+        .iter()
+        .map(|invoice| invoice.as_deref().map(pays_invoice))
+        .collect();
+    // The payment rows of the captures to credit, with their owners.
+    let captures: Vec<(usize, PaymentRecord)> = owing
+        .iter()
+        .zip(&owners)
+        .enumerate()
+        .filter(|(i, _)| applied[*i].is_none())
+        .filter_map(|(i, (o, owner))| {
+            let row = PaymentRecord {
+                user_id: Some(owner.clone()?),
+                ..o.payment?.clone()
+            };
+            Some((i, row))
+        })
+        .collect();
+    let rows: Vec<(usize, (Payment<'_>, Option<&str>))> = captures
+        .iter()
+        .map(|(i, row)| {
+            let event = owing[*i].event;
+            (*i, (row.row(event.provider()), Some(event.event_id())))
+        })
+        .collect();
+    let upserts: Vec<(&Payment<'_>, Option<&str>)> =
+        rows.iter().map(|(_, (row, event))| (row, *event)).collect();
+    for ((i, _), recorded) in rows
+        .iter()
+        .zip(payments::upsert_many(conn, &upserts).await?)
+    {
+        if recorded == Recorded::Differs {
+            applied[*i] = Some(Applied::rejected(payments::DIFFERS));
         }
     }
+    let crediting: Vec<(usize, PlainCredit)> = owing
+        .iter()
+        .zip(&owners)
+        .enumerate()
+        .filter(|(i, _)| applied[*i].is_none())
+        .filter_map(|(i, (o, owner))| Some((i, o.owed.to(owner.clone()?))))
+        .collect();
+    let credits: Vec<(&Event, &PlainCredit)> = crediting
+        .iter()
+        .map(|(i, credit)| (owing[*i].event, credit))
+        .collect();
+    let credited = credits::credit_all(conn, &credits).await?;
+    if credited.len() != credits.len() {
+        return Err(Error::Invariant("a learned credit ended its run early"));
+    }
+    for ((i, _), credited) in crediting.iter().zip(credited) {
+        applied[*i] = Some(credited);
+    }
+    let waits: Vec<(usize, String)> = (0..owing.len())
+        .filter(|&i| applied[i].is_none())
+        .map(|i| (i, wait_for(owing[i].candidates, &owing[i].owed.source_ref)))
+        .collect();
+    let deferrals: Vec<(&str, &str, &str)> = waits
+        .iter()
+        .map(|(i, key)| {
+            (
+                owing[*i].event.provider(),
+                owing[*i].event.event_id(),
+                key.as_str(),
+            )
+        })
+        .collect();
+    events::defer_many(conn, &deferrals).await?;
+    for (i, key) in &waits {
+        applied[*i] = Some(Applied::deferred(key));
+    }
+    applied
+        .into_iter()
+        .map(|applied| applied.ok_or(Error::Invariant("a learned credit has no outcome")))
+        .collect()
+}
+
+/// One credit whose owner is learned, as [`Effect::Unowned`] holds it.
+struct Owing<'a> {
+    event: &'a Event,
+    owed: &'a Owed,
+    candidates: &'a [Candidate],
+    payment: Option<&'a PaymentRecord>,
+}
+
+/// What crediting `owed` may release: its refunds, and the owner waits of
+/// its customer (whose owner the credit teaches).
+pub(super) fn released_keys(owed: &Owed) -> Vec<String> {
+    [Some(owed.source_ref.clone())]
+        .into_iter()
+        .chain([owed
+            .customer
+            .as_deref()
+            .map(|customer| owners::wait_key(Subject::Customer, customer))])
+        .flatten()
+        .collect()
 }
 
 /// What a payment without a known owner waits for: its customer's owner

@@ -25,6 +25,7 @@ mod source;
 pub mod stripe;
 mod subscription;
 mod teach;
+mod waits;
 
 use sqlx::PgConnection;
 
@@ -88,6 +89,7 @@ impl Decoded {
             .into_iter()
             .flatten()
             .collect(),
+            Effect::Unowned { credit, .. } => learning::released_keys(credit),
             Effect::LearnCustomer { customer, .. } => {
                 vec![owners::wait_key(Subject::Customer, customer)]
             }
@@ -109,6 +111,8 @@ impl Decoded {
             Effect::Status(_) => Set::Statuses,
             Effect::Forward => Set::Forwarded,
             Effect::Checkout(_) => Set::Checkouts,
+            Effect::Unowned { .. } => Set::Learned,
+            Effect::LearnCustomer { .. } | Effect::LearnPayment { .. } => Set::Owners,
             other => Set::Each(std::mem::discriminant(other)),
         }
     }
@@ -162,6 +166,13 @@ pub enum Set {
     /// Checkout Sessions: many to a statement, as long as no two share a
     /// payment intent or a customer ([`checkout::apply_all`]).
     Checkouts,
+    /// Credits whose owner is learned: many to a statement, as long as no
+    /// two share a payment, a customer or a learned owner
+    /// ([`learning::credit_unowned_all`]).
+    Learned,
+    /// Events that only name an owner: many to a statement
+    /// ([`teach::learn_all`]).
+    Owners,
     /// Any other kind: one event after another, in order.
     Each(std::mem::Discriminant<Effect>),
 }
@@ -183,6 +194,8 @@ pub async fn apply_set(
         Set::Statuses => credits::record_statuses(conn, units).await,
         Set::Forwarded => source::forward_all(conn, units).await,
         Set::Checkouts => checkout::apply_all(conn, units).await,
+        Set::Learned => learning::credit_unowned_all(conn, units).await,
+        Set::Owners => teach::learn_all(conn, units).await,
         Set::Each(_) => match units.first() {
             Some(unit) => Ok(vec![apply(conn, unit).await?]),
             None => Ok(Vec::new()),
@@ -403,13 +416,9 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .await?
             .pop()
             .ok_or(Error::Invariant("a credit has no outcome")),
-        Effect::Unowned {
-            credit,
-            candidates,
-            payment,
-        } => learning::credit_unowned(conn, event, credit, candidates, payment.as_ref()).await,
-        Effect::LearnPayment { payment, user_id } => {
-            teach::learn_payment(conn, event, payment, user_id).await
+        Effect::Unowned { .. } => one(learning::credit_unowned_all(conn, &[unit]).await?),
+        Effect::LearnPayment { .. } | Effect::LearnCustomer { .. } => {
+            one(teach::learn_all(conn, &[unit]).await?)
         }
         Effect::PaysInvoice { payment, invoice } => {
             let mut paid = learning::pays_invoice(invoice);
@@ -417,9 +426,6 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             Ok(paid)
         }
         Effect::Checkout(_) => one(checkout::apply_all(conn, &[unit]).await?),
-        Effect::LearnCustomer { customer, user_id } => {
-            teach::learn_customer(conn, event, customer, user_id).await
-        }
         Effect::InvoicePayment { payment, invoice } => {
             let mut linked = Applied::processed(serde_json::json!({
                 "payment_intent": payment,

@@ -6,7 +6,8 @@
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
-use super::effect::{Applied, Error};
+use super::effect::{Applied, Effect, Error};
+use super::{Decoded, waits};
 use crate::owners::{self, Learned, Subject, Teaching};
 use crate::providers::Event;
 use crate::subscriptions;
@@ -98,6 +99,23 @@ pub(super) async fn teach_all(
         .collect())
 }
 
+/// [`teach_all`] of the lessons of `events` events, each lesson with the
+/// index of its event: what each event taught.
+pub(super) async fn teach_each(
+    conn: &mut PgConnection,
+    events: usize,
+    lessons: &[(usize, Lesson<'_>)],
+) -> Result<Vec<Taught>, Error> {
+    let only: Vec<Lesson<'_>> = lessons.iter().map(|(_, lesson)| *lesson).collect();
+    let mut taught: Vec<Taught> = (0..events).map(|_| Taught::default()).collect();
+    for ((i, _), learned) in lessons.iter().zip(teach_all(conn, &only).await?) {
+        if let Some(taught) = taught.get_mut(*i) {
+            taught.merge(learned);
+        }
+    }
+    Ok(taught)
+}
+
 /// Teaches that `subject` `id` belongs to `user_id`, as `event` says
 /// ([`teach_all`] of one), adding what it brought to `taught`.
 pub(super) async fn teach(
@@ -120,38 +138,54 @@ pub(super) async fn teach(
     Ok(())
 }
 
-/// A customer whose metadata names its owner (`customer.created/updated`):
-/// teaches it.
-pub(super) async fn learn_customer(
+/// Applies a run of events that only name an owner ([`Effect::LearnCustomer`]:
+/// a customer whose metadata names it, `customer.created/updated`;
+/// [`Effect::LearnPayment`]: an order whose notes name its payment's,
+/// Razorpay's `order.paid`), teaching each in order in one statement.
+/// Answers a prefix of `units`, never empty when `units` is not: it ends
+/// with the first whose owner events wait for, which apply before the
+/// next. Call with their plans' locks held.
+pub(super) async fn learn_all(
     conn: &mut PgConnection,
-    event: &Event,
-    customer: &str,
-    user_id: &str,
-) -> Result<Applied, Error> {
-    let mut taught = Taught::default();
-    teach(
-        conn,
-        event,
-        Subject::Customer,
-        customer,
-        user_id,
-        &mut taught,
-    )
-    .await?;
-    let learned = Applied::processed(json!({ "customer_id": customer, "user_id": user_id }));
-    Ok(taught.onto(learned))
-}
-
-/// An order whose notes name its payment's owner (Razorpay's `order.paid`):
-/// teaches it.
-pub(super) async fn learn_payment(
-    conn: &mut PgConnection,
-    event: &Event,
-    payment: &str,
-    user_id: &str,
-) -> Result<Applied, Error> {
-    let mut taught = Taught::default();
-    teach(conn, event, Subject::Payment, payment, user_id, &mut taught).await?;
-    let learned = Applied::processed(json!({ "payment_id": payment, "user_id": user_id }));
-    Ok(taught.onto(learned))
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, Error> {
+    let lessons = units
+        .iter()
+        .map(|unit| {
+            let event = unit.event();
+            let (subject, id, user_id) = match unit.effect() {
+                Effect::LearnCustomer { customer, user_id } => {
+                    (Subject::Customer, customer, user_id)
+                }
+                Effect::LearnPayment { payment, user_id } => (Subject::Payment, payment, user_id),
+                _ => return Err(Error::Invariant("a set of owners holds another event")),
+            };
+            Ok(Lesson {
+                event,
+                subject,
+                id,
+                user_id,
+            })
+        })
+        .collect::<Result<Vec<Lesson<'_>>, Error>>()?;
+    let releases: Vec<(&str, Vec<String>)> = lessons
+        .iter()
+        .map(|lesson| {
+            let wait = owners::wait_key(lesson.subject, lesson.id);
+            (lesson.event.provider(), vec![wait])
+        })
+        .collect();
+    let end = waits::released_after(conn, &releases).await?;
+    let taught = teach_all(conn, &lessons[..end]).await?;
+    Ok(lessons
+        .iter()
+        .zip(taught)
+        .map(|(lesson, taught)| {
+            let learned = match lesson.subject {
+                Subject::Customer => json!({ "customer_id": lesson.id, "user_id": lesson.user_id }),
+                Subject::Payment => json!({ "payment_id": lesson.id, "user_id": lesson.user_id }),
+            };
+            taught.onto(Applied::processed(learned))
+        })
+        .collect())
 }

@@ -22,7 +22,7 @@ pub use browse::{
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
 pub use outcome::{Outcome, UnknownOutcome};
 pub use stored::{Preview, Stored, find, preview, prune_batch};
-pub use waiting::{defer, knowing_nothing_waits, waiting, waiting_any};
+pub use waiting::{defer, defer_many, knowing_nothing_waits, waiting, waiting_any};
 
 /// An event to claim, with the payload to store for it.
 pub struct Claim<'a> {

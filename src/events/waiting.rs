@@ -96,23 +96,39 @@ pub async fn defer(
     event_id: &str,
     waits_for: &str,
 ) -> Result<(), sqlx::Error> {
-    // Forgotten first: should the insert fail, the key is asked again.
+    defer_many(conn, &[(provider, event_id, waits_for)]).await
+}
+
+/// [`defer`] of each `(provider, event_id, waits_for)`, in one statement
+/// when no two are one event.
+pub async fn defer_many(
+    conn: &mut PgConnection,
+    deferrals: &[(&str, &str, &str)],
+) -> Result<(), sqlx::Error> {
+    // Forgotten first: should the insert fail, the keys are asked again.
     let _outside_a_transaction = NOTHING_WAITS.try_with(|known| {
-        known
-            .borrow_mut()
-            .remove(&(provider.to_owned(), waits_for.to_owned()))
+        let mut known = known.borrow_mut();
+        for (provider, _, waits_for) in deferrals {
+            known.remove(&((*provider).to_owned(), (*waits_for).to_owned()));
+        }
     });
-    sqlx::query!(
-        r#"
-        insert into deferred_events (provider, event_id, waits_for)
-        values ($1, $2, $3)
-        on conflict (provider, event_id) do update set waits_for = excluded.waits_for
-        "#,
-        provider,
-        event_id,
-        waits_for
-    )
-    .execute(conn)
-    .await?;
+    for run in crate::db::distinct_runs(deferrals, |(provider, event_id, _)| (*provider, *event_id))
+    {
+        let providers: Vec<&str> = run.iter().map(|(p, ..)| *p).collect();
+        let event_ids: Vec<&str> = run.iter().map(|(_, e, _)| *e).collect();
+        let keys: Vec<&str> = run.iter().map(|(.., k)| *k).collect();
+        sqlx::query!(
+            r#"
+            insert into deferred_events (provider, event_id, waits_for)
+            select * from unnest($1::text[], $2::text[], $3::text[])
+            on conflict (provider, event_id) do update set waits_for = excluded.waits_for
+            "#,
+            &providers as &[&str],
+            &event_ids as &[&str],
+            &keys as &[&str],
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
 }

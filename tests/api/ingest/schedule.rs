@@ -366,3 +366,67 @@ async fn checkout_sessions_share_their_statements_until_one_releases_a_waiting_i
     assert_eq!(announced_balances(&pool, "user_3").await, [300]);
     assert_consistent(&pool).await;
 }
+
+#[sqlx::test]
+async fn customers_and_the_payments_they_own_apply_as_sets_and_a_payment_waits_for_its_owner(
+    pool: PgPool,
+) {
+    let customer = |n: u32, owner: &str| {
+        let object = customer_object(&format!("cus_{n}"), Some(owner), now());
+        by_customer(&format!("evt_cus_{n}"), "customer.created", object)
+    };
+    let paid = |n: u32, customer: &str| {
+        let object = intent_object_at(
+            &format!("pi_{n}"),
+            Some(customer),
+            100 * i64::from(n),
+            now(),
+        );
+        by_customer(&format!("evt_pi_{n}"), "payment_intent.succeeded", object)
+    };
+    let taught = batch(
+        &pool,
+        &[
+            customer(1, "user_1"),
+            customer(2, "user_2"),
+            customer(3, "user_3"),
+        ],
+    )
+    .await;
+    assert_eq!(taught, ["processed"; 3]);
+    let customers = "subject = 'customer' and subject_id in ('cus_1', 'cus_2', 'cus_3')";
+    assert_eq!(statements(&pool, "owners", customers).await, 1);
+
+    // Two payments of known customers and one of a customer nobody has
+    // named yet, and one more waiting: the owners of all are read in one
+    // statement, the credits posted in one.
+    let outcomes = batch(
+        &pool,
+        &[
+            paid(1, "cus_1"),
+            paid(4, "cus_4"),
+            paid(2, "cus_2"),
+            paid(5, "cus_5"),
+        ],
+    )
+    .await;
+    assert_eq!(outcomes, ["processed", "deferred", "processed", "deferred"]);
+    let credits = "kind = 'credit' and source_ref in ('pi_1', 'pi_2')";
+    assert_eq!(statements(&pool, "wallet_entries", credits).await, 1);
+    let waits = "event_id in ('evt_pi_4', 'evt_pi_5')";
+    assert_eq!(statements(&pool, "deferred_events", waits).await, 1);
+    let (_, detail) = recorded(&pool, "evt_pi_4").await;
+    assert_eq!(detail["waits_for"], "owner:customer:cus_4");
+
+    // Naming cus_4's owner releases its payment, and nothing else.
+    assert_eq!(batch(&pool, &[customer(4, "user_4")]).await, ["processed"]);
+    let (outcome, detail) = recorded(&pool, "evt_pi_4").await;
+    assert_eq!(outcome, "processed");
+    assert_eq!(detail["applied_by"], "evt_cus_4");
+    assert_eq!(announced_balances(&pool, "user_4").await, [400]);
+    assert_eq!(announced_balances(&pool, "user_1").await, [100]);
+    assert_eq!(announced_balances(&pool, "user_2").await, [200]);
+    let (outcome, _) = recorded(&pool, "evt_pi_5").await;
+    assert_eq!(outcome, "deferred");
+    assert_consistent(&pool).await;
+}
