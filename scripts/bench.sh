@@ -10,7 +10,8 @@
 #   - webhookd (release build, API and outbox drainer in one process,
 #     delivering to a local HTTP sink) under `webhookd drill --users 1000`:
 #     unique Stripe credits/s at 1, 8, 32 and 64 senders, the mix (`--mix`)
-#     at 32, latency, and a duplicate storm (20 copies of each event) at 8;
+#     and Checkout payments (`--checkout`) at 32, latency, and a duplicate
+#     storm (20 copies of each event) at 8;
 #   - the drain after the 32-sender run: rows/s delivered from the end of
 #     the load until the outbox is empty, and how long that took;
 #   - the server's peak RSS (VmHWM), and every run's verification;
@@ -135,6 +136,9 @@ done
 log "drill: the mix, 32 senders, ${seconds}s"
 mix=$(drill --mix --concurrency 32)
 drain "$(run_of "$mix")" >/dev/null
+log "drill: Checkout payments, 32 senders, ${seconds}s"
+checkout=$(drill --checkout --concurrency 32)
+drain "$(run_of "$checkout")" >/dev/null
 log "drill: duplicate storm, 20 copies of each event, 8 senders, ${seconds}s"
 storm=$(drill --duplicates 20 --concurrency 8)
 drain "$(run_of "$storm")" >/dev/null
@@ -253,7 +257,7 @@ fi
 BENCH_SINK_KIND="$sink_kind" python3 - "$seconds" "$peak_rss" "$idle_rss" "$outbox_rows" "$dead_rows" "$deliveries" "$undelivered" \
     "${seed_tps[8]}" "${seed_tps[32]}" "${seed_tps[64]}" \
     "${own_tps[8]}" "${own_tps[32]}" "${own_tps[64]}" \
-    "${credits[1]}" "${credits[8]}" "${credits[32]}" "${credits[64]}" "$mix" "$storm" \
+    "${credits[1]}" "${credits[8]}" "${credits[32]}" "${credits[64]}" "$mix" "$storm" "$checkout" \
     "$drain32" "$pooled" "$peer" "$peer_pool" "$peer_versions" \
     "${peer_runs[1]:-null}" "${peer_runs[8]:-null}" "${peer_runs[32]:-null}" \
     "${peer_books[1]:-null}" "${peer_books[8]:-null}" "${peer_books[32]:-null}" <<'PY'
@@ -262,13 +266,13 @@ seconds, peak, idle, outbox_rows, dead, deliveries, undelivered = (int(a) for a 
 seed = dict(zip((8, 32, 64), (float(t) for t in sys.argv[8:11])))
 own = dict(zip((8, 32, 64), (float(t) for t in sys.argv[11:14])))
 credits = dict(zip((1, 8, 32, 64), (json.loads(d) for d in sys.argv[14:18])))
-mix, storm = json.loads(sys.argv[18]), json.loads(sys.argv[19])
-drain32 = json.loads(sys.argv[20])
-pooled = json.loads(sys.argv[21])
-peer_measured, peer_pool, peer_versions = bool(sys.argv[22]), sys.argv[23], sys.argv[24]
-peer_runs = dict(zip((1, 8, 32), (json.loads(d) for d in sys.argv[25:28])))
-peer_books = dict(zip((1, 8, 32), (json.loads(d) for d in sys.argv[28:31])))
-runs = [*credits.values(), mix, storm, pooled]
+mix, storm, checkout = (json.loads(d) for d in sys.argv[18:21])
+drain32 = json.loads(sys.argv[21])
+pooled = json.loads(sys.argv[22])
+peer_measured, peer_pool, peer_versions = bool(sys.argv[23]), sys.argv[24], sys.argv[25]
+peer_runs = dict(zip((1, 8, 32), (json.loads(d) for d in sys.argv[26:29])))
+peer_books = dict(zip((1, 8, 32), (json.loads(d) for d in sys.argv[29:32])))
+runs = [*credits.values(), mix, storm, checkout, pooled]
 
 # The Node handler's points: its books exact (psql) and nothing given up.
 peer_passed = {
@@ -305,6 +309,10 @@ row("  ratio to the seed transaction", {32: ratio(mix["unique_events_per_sec"], 
 row("credits p50 / p99, ms",
     {c: f"{d['latency_ms']['p50']:.2f} / {d['latency_ms']['p99']:.2f}" for c, d in credits.items()})
 row("mix p50 / p99, ms", {32: f"{mix['latency_ms']['p50']:.2f} / {mix['latency_ms']['p99']:.2f}"})
+row("webhookd Checkout payments (`--checkout`), events/s", {32: num(checkout["unique_events_per_sec"])})
+row("  ratio to the seed transaction", {32: ratio(checkout["unique_events_per_sec"], 32)})
+row("Checkout p50 / p99, ms",
+    {32: f"{checkout['latency_ms']['p50']:.2f} / {checkout['latency_ms']['p99']:.2f}"})
 if peer_measured:
     row("Node/Express handler (bench/peer-node) credits/s (`--users 1000`)",
         {c: num(d["unique_events_per_sec"]) for c, d in peer_runs.items()}, f"pg pool {peer_pool}")
@@ -336,7 +344,8 @@ ok = all(d["passed"] for d in runs) and dead == 0 and (not peer_measured or all(
 def yes(passed):
     return "yes" if passed else "**NO**"
 verified = {c: f"credits {yes(d['passed'])}" for c, d in credits.items()}
-verified[32] += f", mix {yes(mix['passed'])}, through PgBouncer {yes(pooled['passed'])}"
+verified[32] += (f", mix {yes(mix['passed'])}, Checkout {yes(checkout['passed'])}"
+                 f", through PgBouncer {yes(pooled['passed'])}")
 verified[8] += f", storm {yes(storm['passed'])}"
 if peer_measured:
     for c, passed in peer_passed.items():

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Where the time goes under load: a release webhookd (API and drainer in one
-# process, log sink; PROFILE_SINK=http delivers to scripts/sink.py) on a throwaway durable cluster with pg_stat_statements,
+# process, log sink) on a throwaway durable cluster with pg_stat_statements,
 # driven by `webhookd drill` at 32 senders over 1,000 wallets. Prints the CPU
 # seconds of webhookd, the drill and Postgres during the load, the mean
 # batch size, and the statements by total time (calls, rows per call, mean
 # and total milliseconds).
 #
-#   scripts/profile.sh [drill arguments...]     # e.g. --mix
+#   scripts/profile.sh [drill arguments...]     # e.g. --mix, --checkout
 #
 # PROFILE_SECONDS=N sets the load's length (default 10), PROFILE_SENDERS=N
-# the senders (default 32), PROFILE_SINK=http the local HTTP sink of
-# scripts/bench.sh instead of the log sink (its CPU is shown too); WEBHOOKD_BIN=path uses that binary instead of
-# building a release one. Other WEBHOOKD_* variables reach the server (e.g.
-# WEBHOOKD_BATCH_CONCURRENCY).
+# the senders (default 32); PROFILE_SINK=http delivers to the HTTP sink of
+# scripts/bench.sh instead of the log sink (its CPU is shown too);
+# WEBHOOKD_BIN=path uses that binary instead of building a release one, and
+# PROFILE_DRILL_BIN=path drives it with that binary's drill (an older
+# server under a newer drill). Other WEBHOOKD_* variables reach the server
+# (e.g. WEBHOOKD_BATCH_CONCURRENCY).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -54,7 +56,7 @@ batches_before=$(metric webhookd_ingest_batches_total); events_before=$(metric w
 log "drill: $senders senders, ${seconds}s $*"
 DATABASE_URL=$db_url STRIPE_WEBHOOK_SECRET=$secret RAZORPAY_WEBHOOK_SECRET=rzp_profile \
     /usr/bin/time -f "%U %S" -o "$scratch/drill.time" \
-    "$binary" drill --url "$WEBHOOKD_URL" --users 1000 --events 10000000 --concurrency "$senders" \
+    "${PROFILE_DRILL_BIN:-$binary}" drill --url "$WEBHOOKD_URL" --users 1000 --events 10000000 --concurrency "$senders" \
     --duration "${seconds}s" "$@" > "$scratch/drill.json" || true
 server_after=$(cpu "$server"); pg_after=$(postgres_cpu); sink_after=$(sink_cpu)
 batches=$(( $(metric webhookd_ingest_batches_total) - batches_before ))

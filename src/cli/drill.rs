@@ -22,7 +22,7 @@ use crate::secrets::{Secrets, parse_secrets};
 
 mod plan;
 mod verify;
-pub use plan::{Kind, Plan};
+pub use plan::{Kind, Plan, Shape};
 pub use verify::verify;
 
 /// How much to send, how, and what to sign it with.
@@ -45,8 +45,16 @@ pub struct DrillArgs {
     /// `charge.refunded` (of a credit of the run, sometimes before it), 10%
     /// `customer.subscription.updated`, 20% Razorpay `payment.captured`
     /// (needs RAZORPAY_WEBHOOK_SECRET).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "checkout")]
     pub mix: bool,
+    /// Stripe Checkout payments instead of credits only: in each ten
+    /// events, three payments as Checkout delivers them
+    /// (`checkout.session.completed` naming the owner in
+    /// `client_reference_id`, `payment_intent.succeeded` without metadata,
+    /// `charge.succeeded`; in every other ten the intent first, waiting for
+    /// its session) and one plain credit.
+    #[arg(long)]
+    pub checkout: bool,
     /// Stop starting new events after this long (e.g. `15s`); the run is
     /// verified over what was sent.
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -172,7 +180,11 @@ pub async fn run(
             .map_or_else(|| unix_now().as_millis(), u128::from),
         events: args.events,
         users: args.users,
-        mix: args.mix,
+        shape: match (args.mix, args.checkout) {
+            (true, _) => Shape::Mix,
+            (_, true) => Shape::Checkout,
+            _ => Shape::Credits,
+        },
     };
     let bases: Vec<&str> = args
         .urls
@@ -259,6 +271,9 @@ fn passed(tally: &Tally, verification: Option<&serde_json::Value>) -> bool {
                     // Stripe's charge event credits nothing: the credit is the intent's.
                     Kind::Charge => first("processed") + first("ignored"),
                     Kind::Refund => first("processed") + first("deferred"),
+                    // Credited by itself, by its session first, or waiting
+                    // for its session to name the owner.
+                    Kind::Paid => first("processed") + first("ignored") + first("deferred"),
                     _ => first("processed"),
                 };
                 applied == *events
@@ -295,7 +310,7 @@ fn report(
         .iter()
         .map(|(kind, (events, outcomes))| {
             let counts = json!({ "events": events, "outcomes": outcomes });
-            (kind.as_str().to_owned(), counts)
+            (kind.label().to_owned(), counts)
         })
         .collect();
     json!({
@@ -304,7 +319,8 @@ fn report(
         "duplicates": args.duplicates,
         "concurrency": args.concurrency,
         "users": plan.users,
-        "mix": plan.mix,
+        "mix": plan.shape == Shape::Mix,
+        "shape": plan.shape.as_str(),
         "sent": tally.latencies.len(),
         "statuses": tally.statuses,
         "outcomes": tally.outcomes,

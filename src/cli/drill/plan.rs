@@ -9,6 +9,13 @@
 //! `customer.subscription.updated` and two Razorpay `payment.captured`. Even
 //! groups list the credits first, odd groups the refund, so that some
 //! refunds arrive before their credit even when sent one at a time.
+//!
+//! With `--checkout` a group of ten is three Stripe Checkout payments and one
+//! plain credit: each payment's `checkout.session.completed` (the owner in
+//! `client_reference_id`), its `payment_intent.succeeded` (no metadata: its
+//! owner is the one the session teaches) and its `charge.succeeded`. Even
+//! groups list each session before its intent, odd groups the intent first,
+//! which then waits for the session to name its owner.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,6 +33,10 @@ pub enum Kind {
     Refund,
     Subscription,
     Captured,
+    /// A Checkout payment's `checkout.session.completed`.
+    Session,
+    /// A Checkout payment's `payment_intent.succeeded`, without metadata.
+    Paid,
 }
 
 impl Kind {
@@ -36,6 +47,17 @@ impl Kind {
             Kind::Refund => "charge.refunded",
             Kind::Subscription => "customer.subscription.updated",
             Kind::Captured => "payment.captured",
+            Kind::Session => "checkout.session.completed",
+            Kind::Paid => "payment_intent.succeeded",
+        }
+    }
+
+    /// How the drill's report names it: its event type, and which kind of
+    /// `payment_intent.succeeded` it is.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Paid => "payment_intent.succeeded (checkout)",
+            other => other.as_str(),
         }
     }
 
@@ -47,7 +69,7 @@ impl Kind {
     }
 }
 
-use Kind::{Captured, Charge, Credit, Refund, Subscription};
+use Kind::{Captured, Charge, Credit, Paid, Refund, Session, Subscription};
 
 /// The slots of an even group, with the credits its charge and refund are
 /// of (slots 1 and 0).
@@ -78,6 +100,38 @@ const ODD: [Kind; 10] = [
     Credit,
 ];
 
+/// The slots of an even group of the Checkout mix: three payments (their
+/// numbers are those of their sessions: slots 0, 3 and 6), each session
+/// before its intent, then a plain credit.
+const EVEN_CHECKOUT: [Kind; 10] = [
+    Session, Paid, Charge, Session, Paid, Charge, Session, Paid, Charge, Credit,
+];
+/// An odd group of the Checkout mix: each intent before its session.
+const ODD_CHECKOUT: [Kind; 10] = [
+    Paid, Session, Charge, Paid, Session, Charge, Paid, Session, Charge, Credit,
+];
+
+/// What a run sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Stripe credits only.
+    Credits,
+    /// `--mix`.
+    Mix,
+    /// `--checkout`.
+    Checkout,
+}
+
+impl Shape {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::Credits => "credits",
+            Shape::Mix => "mix",
+            Shape::Checkout => "checkout",
+        }
+    }
+}
+
 /// One drill run's events.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -85,7 +139,7 @@ pub struct Plan {
     /// The most events the run sends: the last group may be cut short.
     pub events: u64,
     pub users: u64,
-    pub mix: bool,
+    pub shape: Shape,
 }
 
 /// A unique event as sent: its body, and what its signature needs.
@@ -120,32 +174,52 @@ impl Plan {
 
     /// How many events a run stopped early may end at: whole groups.
     pub fn group(&self) -> u64 {
-        if self.mix { GROUP } else { 1 }
+        match self.shape {
+            Shape::Credits => 1,
+            Shape::Mix | Shape::Checkout => GROUP,
+        }
     }
 
     pub fn kind(&self, n: u64) -> Kind {
-        if !self.mix {
-            return Credit;
+        let kind = match self.shape {
+            Shape::Credits => return Credit,
+            Shape::Mix => layout(n)[slot(n)],
+            Shape::Checkout => checkout_layout(n)[slot(n)],
+        };
+        match kind {
+            // A refund whose credit the run never sends (a short last
+            // group) is a credit instead, and so is an intent whose session
+            // it never sends.
+            Refund | Paid if self.credit_of(n).is_none() => Credit,
+            kind => kind,
         }
-        let kind = layout(n)[slot(n)];
-        // A refund whose credit the run never sends (a short last group)
-        // is a credit instead.
-        if kind == Refund && self.credit_of(n).is_none() {
-            return Credit;
-        }
-        kind
     }
 
-    /// The credit a refund or a charge at `n` is of, when the run sends it.
+    /// The credit a refund or a charge at `n` is of, when the run sends it;
+    /// of a Checkout payment's events, the number of its session.
     fn credit_of(&self, n: u64) -> Option<u64> {
-        let slot = match (even(n), layout(n)[slot(n)]) {
-            (true, Refund) => 0,
-            (true, Charge) => 1,
-            (false, Refund) => 5,
-            (false, Charge) => 6,
-            _ => return None,
+        let group = n - n % GROUP;
+        let m = match self.shape {
+            Shape::Credits => return None,
+            Shape::Mix => {
+                let slot = match (even(n), layout(n)[slot(n)]) {
+                    (true, Refund) => 0,
+                    (true, Charge) => 1,
+                    (false, Refund) => 5,
+                    (false, Charge) => 6,
+                    _ => return None,
+                };
+                group + slot
+            }
+            Shape::Checkout => {
+                let triple = group + (n % GROUP) / 3 * 3;
+                match (even(n), checkout_layout(n)[slot(n)]) {
+                    (_, Credit) => return None,
+                    (true, _) => triple,
+                    (false, _) => triple + 1,
+                }
+            }
         };
-        let m = n - n % GROUP + slot;
         (m < self.events).then_some(m)
     }
 
@@ -176,7 +250,22 @@ impl Plan {
                 "amount_refunded": if kind == Refund { refund(payment) } else { 0 },
                 "refunded": false, "currency": "usd",
                 "payment_intent": format!("pi_drill_{run}_{payment}"),
-                "status": "succeeded", "metadata": { "user_id": user }, "created": t,
+                "status": "succeeded", "created": t,
+                // Checkout's charges carry no metadata.
+                "metadata": if self.shape == Shape::Checkout { json!({}) } else { json!({ "user_id": user }) },
+            }),
+            Session => json!({
+                "id": format!("cs_drill_{run}_{payment}"), "object": "checkout.session",
+                "mode": "payment", "payment_status": "paid", "status": "complete",
+                "payment_intent": format!("pi_drill_{run}_{payment}"),
+                "client_reference_id": user, "customer": null, "metadata": {},
+                "amount_total": amount(payment), "currency": "usd", "created": t,
+            }),
+            Paid => json!({
+                "id": format!("pi_drill_{run}_{payment}"), "object": "payment_intent",
+                "amount": amount(payment), "amount_received": amount(payment),
+                "currency": "usd", "status": "succeeded", "customer": null, "metadata": {},
+                "created": t,
             }),
             Subscription => json!({
                 "id": format!("sub_drill_{run}_{n}"), "object": "subscription",
@@ -237,6 +326,13 @@ impl Plan {
                     expected.usd_minor -= self.credit_of(n).map_or(0, refund);
                 }
                 Charge => expected.receipts += 1,
+                // Credited once, by the session or by the intent it
+                // releases: counted with the session.
+                Session => {
+                    expected.stripe_credits += 1;
+                    expected.usd_minor += amount(n);
+                }
+                Paid => {}
                 Subscription => expected.subscription_changes += 1,
                 Captured => {
                     expected.razorpay_credits += 1;
@@ -254,6 +350,14 @@ fn even(n: u64) -> bool {
 
 fn layout(n: u64) -> &'static [Kind; 10] {
     if even(n) { &EVEN } else { &ODD }
+}
+
+fn checkout_layout(n: u64) -> &'static [Kind; 10] {
+    if even(n) {
+        &EVEN_CHECKOUT
+    } else {
+        &ODD_CHECKOUT
+    }
 }
 
 fn slot(n: u64) -> usize {
@@ -296,7 +400,7 @@ mod tests {
             run_id: 7,
             events,
             users: 50,
-            mix: true,
+            shape: Shape::Mix,
         }
     }
 
@@ -337,7 +441,7 @@ mod tests {
         assert_eq!(expected.usd_minor, 510 - 50);
         assert_eq!(expected.inr_minor, 108 + 109);
         let credits_only = Plan {
-            mix: false,
+            shape: Shape::Credits,
             ..plan(10)
         }
         .expected(10);
@@ -346,9 +450,39 @@ mod tests {
     }
 
     #[test]
+    fn a_checkout_payment_is_its_sessions_and_an_intent_without_one_is_a_credit() {
+        let plan = |events| Plan {
+            shape: Shape::Checkout,
+            ..plan(events)
+        };
+        for events in [1, 2, 10, 11, 12, 20, 25, 33] {
+            let plan = plan(events);
+            for n in 0..events {
+                match plan.kind(n) {
+                    Paid | Charge => {
+                        let session = plan.credit_of(n).expect("its session is sent");
+                        assert_eq!(plan.kind(session), Session);
+                        assert_eq!(plan.user(n), plan.user(session));
+                    }
+                    Session => assert_eq!(plan.credit_of(n), Some(n)),
+                    _ => {}
+                }
+            }
+        }
+        // Odd groups send the intent first; a last group cut after it makes
+        // it a plain credit.
+        assert_eq!((plan(20).kind(10), plan(20).kind(11)), (Paid, Session));
+        assert_eq!(plan(11).kind(10), Credit);
+        let expected = plan(10).expected(10);
+        assert_eq!(expected.stripe_credits, 4);
+        assert_eq!(expected.receipts, 3);
+        assert_eq!(expected.usd_minor, 100 + 103 + 106 + 109);
+    }
+
+    #[test]
     fn the_users_spread_over_the_wallets() {
         let plan = Plan {
-            mix: false,
+            shape: Shape::Credits,
             users: 1000,
             ..plan(10_000)
         };

@@ -510,15 +510,9 @@ async fn the_drill_storms_two_servers_and_finds_the_books_exact(pool: PgPool) {
     let args = DrillArgs {
         events: 200,
         duplicates: 5,
-        concurrency: 8,
         users: 16,
-        mix: false,
-        duration: None,
         urls: vec![app.address.clone(), second.address.clone()],
-        give_up_after: Duration::from_secs(60),
-        run_id: None,
-        stripe_webhook_secret: Secrets::new([SECRET]),
-        razorpay_webhook_secret: Secrets::default(),
+        ..drill_args(&app)
     };
     let mut out = Vec::new();
     assert!(cli::drill::run(&args, Some(&pool), &mut out).await.unwrap());
@@ -571,16 +565,9 @@ async fn a_mixed_drill_finds_the_books_exact_and_fails_on_a_corrupted_balance(po
     // refunds, 22 subscription updates, 44 Razorpay captures.
     let args = DrillArgs {
         events: 215,
-        duplicates: 3,
-        concurrency: 8,
-        users: 50,
         mix: true,
-        duration: None,
-        urls: vec![app.address.clone()],
-        give_up_after: Duration::from_secs(60),
-        run_id: None,
-        stripe_webhook_secret: Secrets::new([SECRET]),
         razorpay_webhook_secret: Secrets::new([crate::helpers::RAZORPAY_SECRETS.0]),
+        ..drill_args(&app)
     };
     let mut out = Vec::new();
     let passed = cli::drill::run(&args, Some(&pool), &mut out).await.unwrap();
@@ -643,7 +630,7 @@ async fn a_mixed_drill_finds_the_books_exact_and_fails_on_a_corrupted_balance(po
         run_id: report["run"].as_str().unwrap().parse().unwrap(),
         events: 215,
         users: 50,
-        mix: true,
+        shape: cli::drill::Shape::Mix,
     };
     let verification = cli::drill::verify(&pool, &plan, 215).await.unwrap();
     assert_eq!(verification["passed"], false);
@@ -654,19 +641,7 @@ async fn a_mixed_drill_finds_the_books_exact_and_fails_on_a_corrupted_balance(po
 
     // One event at a time, the refunds of odd groups come before their
     // credits: deferred, then applied by the credit.
-    let sequential = DrillArgs {
-        events: 20,
-        duplicates: 1,
-        concurrency: 1,
-        ..args.clone()
-    };
-    let mut out = Vec::new();
-    assert!(
-        cli::drill::run(&sequential, Some(&pool), &mut out)
-            .await
-            .unwrap()
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let report = twenty_one_at_a_time(&pool, args.clone()).await;
     assert_eq!(
         report["kinds"]["charge.refunded"]["outcomes"],
         serde_json::json!({ "deferred": 1, "processed": 1 }),
@@ -683,4 +658,89 @@ async fn a_mixed_drill_finds_the_books_exact_and_fails_on_a_corrupted_balance(po
             .await
             .is_err()
     );
+}
+
+#[sqlx::test]
+async fn a_checkout_drill_credits_each_payment_once_whichever_of_its_events_comes_first(
+    pool: PgPool,
+) {
+    let app = spawn_app(pool.clone()).await;
+    // Six groups of ten and a short one: 20 sessions and their 20 intents,
+    // 19 charges, 6 plain credits.
+    let args = DrillArgs {
+        events: 65,
+        checkout: true,
+        ..drill_args(&app)
+    };
+    let mut out = Vec::new();
+    let passed = cli::drill::run(&args, Some(&pool), &mut out).await.unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert!(passed, "{report}");
+    assert_eq!(report["shape"], "checkout");
+    for (kind, events) in [
+        ("checkout.session.completed", 20),
+        ("payment_intent.succeeded (checkout)", 20),
+        ("charge.succeeded", 19),
+        ("payment_intent.succeeded", 6),
+    ] {
+        assert_eq!(report["kinds"][kind]["events"], events, "{kind}: {report}");
+    }
+    let checks = &report["verification"]["checks"];
+    for (check, expected) in [
+        ("stripe_events", 65),
+        ("stripe_credits", 26),
+        ("outbox_wallet_credited", 26),
+        ("outbox_payment_receipt", 19),
+        ("deferred_waiting", 0),
+        ("balance_mismatches", 0),
+    ] {
+        assert_eq!(checks[check]["found"], expected, "{check}: {report}");
+    }
+    app.assert_consistent().await;
+
+    // One event at a time: in even groups the session credits and its
+    // intent finds the credit; in odd ones the intent waits for its session.
+    let report = twenty_one_at_a_time(&pool, args).await;
+    assert_eq!(
+        report["kinds"]["payment_intent.succeeded (checkout)"]["outcomes"],
+        serde_json::json!({ "deferred": 3, "ignored": 3 }),
+        "{report}"
+    );
+}
+
+/// A drill of `app`: 3 copies of each event, 8 at once, over 50 wallets,
+/// Stripe credits only.
+fn drill_args(app: &crate::helpers::TestApp) -> DrillArgs {
+    DrillArgs {
+        events: 100,
+        duplicates: 3,
+        concurrency: 8,
+        users: 50,
+        mix: false,
+        checkout: false,
+        duration: None,
+        urls: vec![app.address.clone()],
+        give_up_after: Duration::from_secs(60),
+        run_id: None,
+        stripe_webhook_secret: Secrets::new([SECRET]),
+        razorpay_webhook_secret: Secrets::default(),
+    }
+}
+
+/// Runs `args` for 20 events, one at a time without copies: its report,
+/// once its books were found exact.
+async fn twenty_one_at_a_time(pool: &PgPool, args: DrillArgs) -> serde_json::Value {
+    let sequential = DrillArgs {
+        events: 20,
+        duplicates: 1,
+        concurrency: 1,
+        ..args
+    };
+    let mut out = Vec::new();
+    assert!(
+        cli::drill::run(&sequential, Some(pool), &mut out)
+            .await
+            .unwrap()
+    );
+    serde_json::from_slice(&out).unwrap()
 }
