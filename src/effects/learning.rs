@@ -182,7 +182,7 @@ pub(super) fn released_keys(owed: &Owed) -> Vec<String> {
 
 /// What a payment without a known owner waits for: its customer's owner
 /// when its rule reads one, else its own (a Checkout Session teaches both).
-fn wait_for(candidates: &[Candidate], payment: &str) -> String {
+pub(super) fn wait_for(candidates: &[Candidate], payment: &str) -> String {
     let customer = candidates.iter().find_map(|c| match c {
         Candidate::Customer(id) => Some(id.as_str()),
         _ => None,

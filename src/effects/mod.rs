@@ -100,6 +100,22 @@ impl Decoded {
         }
     }
 
+    /// What it waits for when it cannot apply yet (`deferred`), as its
+    /// provider's `waits_for`, when that is an owner: a credit whose owner
+    /// is learned, an invoice that credits its customer's owner.
+    pub fn may_wait_for(&self) -> Option<String> {
+        match &self.effect {
+            Effect::Unowned {
+                credit, candidates, ..
+            } => Some(learning::wait_for(candidates, &credit.source_ref)),
+            Effect::InvoicePaid(invoice) if invoice.credit.is_some() => invoice
+                .customer_id
+                .as_deref()
+                .map(|customer| owners::wait_key(Subject::Customer, customer)),
+            _ => None,
+        }
+    }
+
     /// The events it may share statements with: those of its kind.
     pub fn set(&self) -> Set {
         match &self.effect {

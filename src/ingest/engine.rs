@@ -187,7 +187,7 @@ async fn apply(
     let claimed_units: Vec<&Decoded> = claimed.iter().map(|&i| units[i]).collect();
     let schedule = match arrival {
         true => Schedule::arrival(&claimed_units),
-        false => Schedule::by_kind(&claimed_units, &locked.owners),
+        false => Schedule::by_kind(&claimed_units, &locked.owners, &locked.awaited_by),
     };
     // Claimed event `schedule.order[k]` is the `k`-th applied.
     let in_order: Vec<usize> = schedule.order.iter().map(|&k| claimed[k]).collect();
@@ -323,41 +323,37 @@ async fn apply_in_order(
     mut unwritten: Option<&mut Unwritten<'_>>,
 ) -> Result<Applying, Error> {
     let mut applied = Vec::with_capacity(units.len());
-    let mut end = 0;
-    for &(set, len) in &schedule.sets {
-        end += len;
-        while applied.len() < end {
-            let rest = units
-                .get(applied.len()..end)
-                .ok_or(Error::Invariant("a set runs past its events"))?;
-            let done = effects::apply_set(conn, set, rest).await?;
-            if done.is_empty() || done.len() > rest.len() {
-                return Err(Error::Invariant(
-                    "a set of events answered none or too many",
-                ));
-            }
-            for (unit, mut result) in rest.iter().zip(done) {
-                if !result.releases.is_empty() {
-                    // Usually known without a statement (the claim's probes).
-                    let keys: Vec<&str> = result.releases.iter().map(String::as_str).collect();
-                    let waiting = events::waiting(conn, unit.event().provider(), &keys).await?;
-                    if !waiting.is_empty() {
-                        // An owner learned anew that frees credits: rows of
-                        // keys outside its plan.
-                        let frees_credits = waiting.iter().any(|key| owners::is_wait_key(key));
-                        if frees_credits && schedule.crossed(applied.len()) {
-                            return Ok(Applying::Crossed);
-                        }
-                        if let Some(unwritten) = unwritten.as_deref_mut()
-                            && !unwritten.write(conn, &applied).await?
-                        {
-                            return Ok(Applying::Recorded);
-                        }
+    while let Some((set, positions)) = schedule.next_set(applied.len()) {
+        let rest = units
+            .get(positions)
+            .ok_or(Error::Invariant("a set runs past its events"))?;
+        let done = effects::apply_set(conn, set, rest).await?;
+        if done.is_empty() || done.len() > rest.len() {
+            return Err(Error::Invariant(
+                "a set of events answered none or too many",
+            ));
+        }
+        for (unit, mut result) in rest.iter().zip(done) {
+            if !result.releases.is_empty() {
+                // Usually known without a statement (the claim's probes).
+                let keys: Vec<&str> = result.releases.iter().map(String::as_str).collect();
+                let waiting = events::waiting(conn, unit.event().provider(), &keys).await?;
+                if !waiting.is_empty() {
+                    // An owner learned anew that frees credits: rows of
+                    // keys outside its plan.
+                    let frees_credits = waiting.iter().any(|key| owners::is_wait_key(key));
+                    if frees_credits && schedule.crossed(applied.len()) {
+                        return Ok(Applying::Crossed);
                     }
-                    release::waiting(conn, unit.event(), &mut result, &waiting).await?;
+                    if let Some(unwritten) = unwritten.as_deref_mut()
+                        && !unwritten.write(conn, &applied).await?
+                    {
+                        return Ok(Applying::Recorded);
+                    }
                 }
-                applied.push(result);
+                release::waiting(conn, unit.event(), &mut result, &waiting).await?;
             }
+            applied.push(result);
         }
     }
     Ok(Applying::Applied(applied))

@@ -47,6 +47,17 @@ pub(super) async fn claim_and_lock(
         .collect();
     let events::Claimed { claimed, waiting } =
         events::claim_and_lock(conn, claims, &locks, &probes).await?;
+    // Whether events wait for what each claimed event may release.
+    let awaited_by: Vec<bool> = claimed
+        .iter()
+        .map(|&i| {
+            let provider = units[i].event().provider();
+            awaited.get(i).is_some_and(|keys| {
+                keys.iter()
+                    .any(|key| waiting.contains(&(provider.to_owned(), key.clone())))
+            })
+        })
+        .collect();
     // Only the claimed events' keys are locked: only they are known.
     let nothing_waits = claimed
         .iter()
@@ -69,6 +80,7 @@ pub(super) async fn claim_and_lock(
         claimed,
         owners,
         nothing_waits,
+        awaited_by,
     })
 }
 
@@ -83,6 +95,9 @@ pub(super) struct Locked {
     /// The claimed events' keys that nothing waits for
     /// ([`events::knowing_nothing_waits`]), read with their locks held.
     pub nothing_waits: HashSet<(String, String)>,
+    /// For each claimed event in that order: whether events waited, when
+    /// the locks were taken, for something it may release.
+    pub awaited_by: Vec<bool>,
 }
 
 /// The key locks of `units` (and their wallets' when `with_wallets`), each
@@ -119,12 +134,14 @@ async fn lock_wallets(
     conn: &mut PgConnection,
     units: &[&Decoded],
 ) -> Result<Vec<Option<String>>, sqlx::Error> {
-    let mut owners = vec![None; units.len()];
-    for (unit, owner) in units.iter().zip(&mut owners) {
-        if let Some((candidates, _)) = &unit.plan().finds_owner {
-            *owner = owners::resolve(conn, unit.event().provider(), candidates).await?;
-        }
-    }
+    let lists: Vec<(&str, &[owners::Candidate])> = units
+        .iter()
+        .map(|unit| {
+            let candidates = unit.plan().finds_owner.as_ref().map(|(c, _)| c.as_slice());
+            (unit.event().provider(), candidates.unwrap_or_default())
+        })
+        .collect();
+    let mut owners = owners::resolve_many(conn, &lists).await?;
     let wallets: Vec<(&str, &str)> = units
         .iter()
         .flat_map(|unit| {

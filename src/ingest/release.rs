@@ -22,8 +22,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use sqlx::PgConnection;
 
+use super::schedule::Schedule;
 use super::{error, locks};
-use crate::effects::{self, Applied, Error};
+use crate::effects::{self, Applied, Decoded, Error};
 use crate::providers::{Event, Receiver};
 use crate::{events, outbox};
 
@@ -55,8 +56,11 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 /// Applies, oldest first, the events deferred until each of `keys`
 /// existed, recording each one's outcome with `applied_by`. Returns their
 /// event ids. A waiting event is read by the owner rule of the source that
-/// released it (`receiver`): they are one provider's. Boxed, because an
-/// event released can release others.
+/// released it (`receiver`): they are one provider's. Those of a key are
+/// taken in one statement, locked in one sweep, and applied each kind
+/// together as far as their order allows ([`apply_released`]); what one
+/// of them releases applies right after it. Boxed, because an event
+/// released can release others.
 fn release_all<'a>(
     conn: &'a mut PgConnection,
     provider: &'a str,
@@ -66,56 +70,127 @@ fn release_all<'a>(
 ) -> Boxed<'a, Vec<String>> {
     Box::pin(async move {
         let mut released = Vec::new();
-        for waits_for in keys {
-            for stored in events::take_deferred(conn, provider, &waits_for).await? {
-                let waiting = Event::from_stored(
-                    &stored.provider,
-                    &stored.event_id,
-                    &stored.event_type,
-                    stored.payload.into(),
-                );
-                let mut result = match waiting {
-                    Ok(waiting) => {
-                        let unit = effects::decode(waiting.received_by(receiver.cloned()));
-                        locks::claim_and_lock(conn, &[], &[&unit]).await?;
-                        let mut result = apply_isolated(conn, &unit).await?;
-                        let more = std::mem::take(&mut result.releases);
-                        if !more.is_empty() {
-                            let by = stored.event_id.as_str();
-                            let more = release_all(conn, provider, receiver, more, by).await?;
-                            if let Value::Object(detail) = &mut result.detail {
-                                detail.insert("applied_deferred".into(), more.into());
-                            }
-                        }
-                        result
-                    }
-                    Err(_) => Applied::rejected("the stored payload is no longer a readable event"),
+        // Key by key: an event applied for one key may wait again for a
+        // later one, and is then released with it.
+        for waits_for in &keys {
+            let stored = events::take_deferred(conn, provider, &[waits_for.as_str()]).await?;
+            if stored.is_empty() {
+                continue;
+            }
+            let units: Vec<Option<Decoded>> = stored
+                .iter()
+                .map(|stored| {
+                    let waiting = Event::from_stored(
+                        &stored.provider,
+                        &stored.event_id,
+                        &stored.event_type,
+                        stored.payload.clone().into(),
+                    );
+                    let waiting = waiting.ok()?.received_by(receiver.cloned());
+                    Some(effects::decode(waiting))
+                })
+                .collect();
+            let readable: Vec<&Decoded> = units.iter().flatten().collect();
+            locks::claim_and_lock(conn, &[], &readable).await?;
+            let mut applied = apply_released(conn, &readable).await?.into_iter();
+            let mut results = Vec::with_capacity(units.len());
+            for unit in &units {
+                let mut result = match unit {
+                    Some(_) => applied
+                        .next()
+                        .ok_or(Error::Invariant("a released event has no outcome"))?,
+                    None => Applied::rejected("the stored payload is no longer a readable event"),
                 };
                 if let Value::Object(detail) = &mut result.detail {
                     detail.insert("applied_by".into(), by_event_id.into());
                 }
-                events::record_outcome(
-                    conn,
-                    provider,
-                    &stored.event_id,
-                    result.outcome,
-                    &result.detail,
-                )
-                .await?;
-                released.push(stored.event_id);
+                results.push(result);
             }
+            let outcomes: Vec<events::Recorded<'_>> = stored
+                .iter()
+                .zip(&results)
+                .map(|(stored, result)| events::Recorded {
+                    provider,
+                    event_id: &stored.event_id,
+                    outcome: result.outcome,
+                    detail: &result.detail,
+                })
+                .collect();
+            events::record_outcomes(conn, &outcomes).await?;
+            released.extend(stored.into_iter().map(|stored| stored.event_id));
         }
         Ok(released)
     })
 }
 
+/// Applies released events (`units`, in order, their locks held) set by
+/// set ([`effects::apply_set`]), the events one of them releases right
+/// after it ([`release_all`]), each set inside a savepoint: data the
+/// database refuses ([`crate::db::Poison`]) in a set applies that set's
+/// first event alone, and a refusal of its own rejects that event alone,
+/// never the one that brought its dependency.
+async fn apply_released(
+    conn: &mut PgConnection,
+    units: &[&Decoded],
+) -> Result<Vec<Applied>, Error> {
+    let schedule = Schedule::arrival(units);
+    let mut applied: Vec<Applied> = Vec::with_capacity(units.len());
+    while let Some((set, positions)) = schedule.next_set(applied.len()) {
+        let rest = units
+            .get(positions)
+            .ok_or(Error::Invariant("a set runs past its events"))?;
+        let done = match apply_set_isolated(conn, set, rest).await? {
+            Some(done) if !done.is_empty() && done.len() <= rest.len() => done,
+            Some(_) => {
+                return Err(Error::Invariant(
+                    "a set of events answered none or too many",
+                ));
+            }
+            None => vec![apply_isolated(conn, rest[0]).await?],
+        };
+        for (unit, mut result) in rest.iter().zip(done) {
+            let more = std::mem::take(&mut result.releases);
+            if !more.is_empty() {
+                let (provider, receiver) = (unit.event().provider(), unit.event().receiver());
+                let by = unit.event().event_id();
+                let more = release_all(conn, provider, receiver, more, by).await?;
+                if let Value::Object(detail) = &mut result.detail {
+                    detail.insert("applied_deferred".into(), more.into());
+                }
+            }
+            applied.push(result);
+        }
+    }
+    Ok(applied)
+}
+
+/// [`effects::apply_set`] inside a savepoint; `None`, rolled back, when the
+/// database refused the data of one of its events.
+async fn apply_set_isolated(
+    conn: &mut PgConnection,
+    set: effects::Set,
+    units: &[&Decoded],
+) -> Result<Option<Vec<Applied>>, Error> {
+    let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
+    let handed = outbox::handoff::mark();
+    match effects::apply_set(&mut savepoint, set, units).await {
+        Ok(applied) => {
+            savepoint.commit().await?;
+            Ok(Some(applied))
+        }
+        Err(error) if error.poison().is_some() => {
+            savepoint.rollback().await?;
+            outbox::handoff::forget_since(handed);
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 /// Applies a waiting event inside a savepoint: data the database refuses
 /// ([`crate::db::Poison`]) rejects that event alone, never the one that
 /// brought its dependency.
-async fn apply_isolated(
-    conn: &mut PgConnection,
-    unit: &effects::Decoded,
-) -> Result<Applied, Error> {
+async fn apply_isolated(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, Error> {
     let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
     let handed = outbox::handoff::mark();
     match effects::apply(&mut savepoint, unit).await {
