@@ -395,32 +395,26 @@ pub struct StoredEvent {
     pub source: Option<String>,
 }
 
-/// Removes and returns the events waiting for each of `waits_for`, in that
-/// order, and for each key oldest event first; none for no key.
+/// Removes and returns the events waiting for `waits_for`, oldest event first.
 pub async fn take_deferred(
     conn: &mut PgConnection,
     provider: &str,
-    waits_for: &[&str],
+    waits_for: &str,
 ) -> Result<Vec<StoredEvent>, sqlx::Error> {
-    if waits_for.is_empty() {
-        return Ok(Vec::new());
-    }
     sqlx::query_as!(
         StoredEvent,
         r#"
-        with wanted as (
-            select * from unnest($2::text[]) with ordinality as wanted (waits_for, position)
-        ), taken as (
-            delete from deferred_events d using wanted
-            where d.provider = $1 and d.waits_for = wanted.waits_for
-            returning d.provider, d.event_id, wanted.position
+        with taken as (
+            delete from deferred_events
+            where provider = $1 and waits_for = $2
+            returning provider, event_id
         )
         select e.provider, e.event_id, e.event_type, e.payload::text as "payload!", e.source
         from taken join processed_events e using (provider, event_id)
-        order by taken.position, e.provider_created_at nulls first, e.event_id
+        order by e.provider_created_at nulls first, e.event_id
         "#,
         provider,
-        waits_for as &[&str],
+        waits_for
     )
     .fetch_all(conn)
     .await

@@ -73,7 +73,7 @@ fn release_all<'a>(
         // Key by key: an event applied for one key may wait again for a
         // later one, and is then released with it.
         for waits_for in &keys {
-            let stored = events::take_deferred(conn, provider, &[waits_for.as_str()]).await?;
+            let stored = events::take_deferred(conn, provider, waits_for).await?;
             if stored.is_empty() {
                 continue;
             }
