@@ -1,6 +1,7 @@
 //! webhookd: receives payment-provider webhooks, verifies them on their raw
 //! bytes, and applies each event exactly once in one Postgres transaction.
 
+pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -6,6 +6,7 @@ use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
 use super::settings::set;
+use crate::api::{Api, Auth};
 use crate::clock::Clock;
 use crate::config::{self, RazorpayApiArgs, ServeSettings, StripeApiArgs};
 use crate::outbox::retry::RetryPolicy;
@@ -14,7 +15,6 @@ use crate::providers::Providers;
 use crate::sinks::Sink;
 use crate::sinks::http::HttpSink;
 use crate::sinks::log::LogSink;
-use crate::sweep::api::{Api, Auth};
 use crate::sweep::schedule::{Sweeper, Target};
 
 /// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`

@@ -20,7 +20,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::PgPool;
 
-use super::api::{Api, ApiFailure};
+use crate::api::{Api, ApiFailure};
 use crate::effects::{self, Owing};
 use crate::ledger::{self, Credited};
 use crate::providers::is_identifier;

@@ -7,14 +7,14 @@
 //! [`SLICE_BYTES`] bytes of them is split in two and read again; a slice of
 //! one second that holds more is refused with that reason. A page holds
 //! at most what was asked for, in at most the API's body bound
-//! ([`super::api::MOST_BODY_BYTES`]); events are held as listed (their
+//! ([`crate::api::MOST_BODY_BYTES`]); events are held as listed (their
 //! bytes) and parsed one at a time as they are applied.
 
 use bytes::Bytes;
 use sqlx::PgPool;
 
-use super::api::{Api, ApiFailure};
 use super::{Checkpoint, Mode, Summary, Swept};
+use crate::api::{Api, ApiFailure};
 use crate::providers::{Event, SignatureError};
 
 /// Most events held in memory at once (one slice's).

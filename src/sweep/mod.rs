@@ -10,7 +10,6 @@
 //! `imported`, without effects, for a team whose earlier handler applied
 //! them already.
 
-pub mod api;
 pub mod audit;
 pub mod listing;
 pub mod paypal;

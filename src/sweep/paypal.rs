@@ -4,7 +4,7 @@
 //! following the page's `rel: next` link while there is one; read and
 //! applied by the events-API sweep ([`super::listing`]). Requests carry an
 //! OAuth token the client id and secret buy (`POST /v1/oauth2/token`,
-//! [`super::api::Auth::ClientCredentials`]).
+//! [`crate::api::Auth::ClientCredentials`]).
 //!
 //! PayPal lists every event type (its filter takes one type only): those
 //! webhookd has no effect for are recorded `ignored`, as their webhooks
@@ -23,8 +23,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::api::{Api, ApiFailure, Auth};
 use super::listing::{self, EventsApi, Listed};
+use crate::api::{Api, ApiFailure, Auth};
 use crate::providers::paypal::{PROVIDER, listed_event, parse_time};
 use crate::providers::{Event, SignatureError};
 

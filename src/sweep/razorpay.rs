@@ -25,9 +25,9 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use sqlx::PgPool;
 
-use super::api::{Api, ApiFailure};
 use super::listing;
 use super::{Checkpoint, Mode, Summary, Swept};
+use crate::api::{Api, ApiFailure};
 use crate::ledger::{self, EntryKind};
 use crate::providers::is_identifier;
 use crate::providers::razorpay::{PROVIDER, listed_event};

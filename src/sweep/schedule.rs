@@ -13,11 +13,11 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::api::Api;
 use super::listing;
 use super::paypal::Paypal;
 use super::stripe::Stripe;
 use super::{Checkpoint, Mode, Summary, store};
+use crate::api::Api;
 use crate::clock::Clock;
 use crate::{ingest, telemetry};
 

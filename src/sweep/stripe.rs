@@ -8,8 +8,8 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::api::{Api, ApiFailure};
 use super::listing::{self, EventsApi, Listed};
+use crate::api::{Api, ApiFailure};
 use crate::effects::stripe::HANDLED_TYPES;
 use crate::providers::stripe::{PROVIDER, listed_event};
 use crate::providers::{Event, SignatureError};

@@ -7,8 +7,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::PROVIDER;
+use crate::api::ApiFailure;
 use crate::providers::is_identifier;
-use crate::sweep::api::ApiFailure;
 
 /// The events a sweep gives what it finds.
 pub(super) const CAPTURED: &str = "payment.captured";

@@ -197,7 +197,7 @@ async fn a_razorpay_dry_run_counts_and_writes_nothing_and_a_refused_key_stops(po
 }
 
 fn sweeper(app: &TestApp, fake: &FakeRazorpay) -> webhookd::sweep::schedule::Sweeper {
-    use webhookd::sweep::api::{Api, Auth};
+    use webhookd::api::{Api, Auth};
     let auth = Auth::Basic {
         user: KEY_ID.to_owned(),
         password: KEY_SECRET.into(),
@@ -239,7 +239,7 @@ async fn a_payment_captured_after_a_periodic_run_listed_it_is_credited_by_the_ne
     )
     .await;
     sweeper.targets[0].api = {
-        use webhookd::sweep::api::{Api, Auth};
+        use webhookd::api::{Api, Auth};
         let auth = Auth::Basic {
             user: KEY_ID.to_owned(),
             password: KEY_SECRET.into(),

@@ -4,10 +4,10 @@
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use webhookd::api::{Api, Auth};
 use webhookd::cli::sweep::{ImportArgs, ImportSource, StripeSweepArgs, SweepCommand};
 use webhookd::clock::Clock;
 use webhookd::config::StripeApiArgs;
-use webhookd::sweep::api::{Api, Auth};
 use webhookd::sweep::schedule::{Sweeper, Target};
 
 use crate::fakes::stripe::{FakeStripe, event};

@@ -1,6 +1,7 @@
-//! A provider's REST API as a sweep reads it: `https://` only (loopback
-//! aside, for tests), our key on every request and nowhere else, a pace
-//! under the provider's rate limit, and retries where a retry can help.
+//! A provider's REST API as webhookd reads it (a sweep's listings, a thin
+//! event's fetch): `https://` only (loopback aside, for tests), our key on
+//! every request and nowhere else, a pace under the provider's rate limit,
+//! and retries where a retry can help.
 //!
 //! - 429 and 5xx are retried with exponential backoff and jitter, never
 //!   sooner than a `Retry-After` asks (up to 30 s: a provider cannot park a
