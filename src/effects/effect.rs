@@ -69,6 +69,10 @@ pub enum Effect {
     Subscription { next: Subscription, event_time: i64 },
     /// A generic source's event: forwarded as one outbox row.
     Forward,
+    /// A Stripe thin event of a type webhookd does not apply: recorded
+    /// `ignored` and forwarded as outbox `stripe.thin` with the event its
+    /// API served.
+    Thin,
 }
 
 impl Effect {

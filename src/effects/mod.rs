@@ -125,7 +125,7 @@ impl Decoded {
             Effect::Subscription { .. } => Set::Subscriptions,
             Effect::Refund { .. } => Set::Refunds,
             Effect::Status(_) => Set::Statuses,
-            Effect::Forward => Set::Forwarded,
+            Effect::Forward | Effect::Thin => Set::Forwarded,
             Effect::Checkout(_) => Set::Checkouts,
             Effect::Unowned { .. } => Set::Learned,
             Effect::LearnCustomer { .. } | Effect::LearnPayment { .. } => Set::Owners,
@@ -293,7 +293,9 @@ impl Plan {
                 .map(|id| owners::lock_key(provider, Subject::Customer, id))
         };
         match effect {
-            Effect::Rejected(_) | Effect::Ignored(_) | Effect::Forward => Plan::default(),
+            Effect::Rejected(_) | Effect::Ignored(_) | Effect::Forward | Effect::Thin => {
+                Plan::default()
+            }
             Effect::Credit { credit, .. } => Plan {
                 keys: [credit_key(provider, &credit.source_ref)]
                     .into_iter()
@@ -468,7 +470,7 @@ pub async fn apply(conn: &mut PgConnection, unit: &Decoded) -> Result<Applied, E
             .await?
             .pop()
             .ok_or(Error::Invariant("a subscription has no outcome")),
-        Effect::Forward => one(source::forward_all(conn, &[unit]).await?),
+        Effect::Forward | Effect::Thin => one(source::forward_all(conn, &[unit]).await?),
     }
 }
 

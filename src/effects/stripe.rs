@@ -30,7 +30,7 @@ use super::fields::{
 use super::owner::{Clues, candidates, first_named, named};
 use crate::money::currency;
 use crate::owners::{Candidate, Rule};
-use crate::providers::Event;
+use crate::providers::{Event, Fetched};
 use crate::subscriptions::Subscription;
 
 pub use crate::providers::stripe::PROVIDER;
@@ -88,15 +88,34 @@ pub fn payment_intent_owing(intent: &Value) -> Result<Owing, Reason> {
     })
 }
 
-/// What `event` does.
+/// Why a thin event whose data was never fetched is rejected.
+pub const NOT_FETCHED: &str = "a thin event whose data was not fetched: STRIPE_API_KEY is not set \
+    (`webhookd events replay` applies it once it is)";
+
+/// What `event` does. A thin event of a type webhookd applies
+/// ([`applied_thin_type`]) does what the snapshot event of that type does,
+/// with the object fetched for it; any other thin event is forwarded.
 pub(super) fn decode(event: &Event) -> Effect {
-    match DECODERS
-        .iter()
-        .find(|(kind, _)| *kind == event.event_type())
-    {
+    let event_type = match event.thin().map(|thin| &thin.fetched) {
+        None => event.event_type(),
+        Some(Fetched::Not) => return Effect::rejected(NOT_FETCHED),
+        Some(Fetched::Refused(reason)) => return Effect::rejected(reason.as_str()),
+        Some(Fetched::Found) => match applied_thin_type(event.event_type()) {
+            Some(snapshot) => snapshot,
+            None => return Effect::Thin,
+        },
+    };
+    match DECODERS.iter().find(|(kind, _)| *kind == event_type) {
         Some((_, decoder)) => Effect::from_result(decoder(event)),
         None => Effect::Ignored("event type has no effect"),
     }
+}
+
+/// The snapshot type a thin event's type stands for when webhookd applies
+/// it: `v1.payment_intent.succeeded` is `payment_intent.succeeded`.
+pub fn applied_thin_type(thin_type: &str) -> Option<&'static str> {
+    let snapshot = thin_type.strip_prefix("v1.")?;
+    HANDLED_TYPES.iter().copied().find(|kind| *kind == snapshot)
 }
 
 // Stripe's objects as the effects read them, validated: every id an

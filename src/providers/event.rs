@@ -81,6 +81,45 @@ pub struct Event {
     /// `None`: it came through no endpoint (a sweep found it; a test built
     /// it), and is judged as its provider's built-in source's.
     pub(super) receiver: Option<Arc<Receiver>>,
+    /// A Stripe thin event's reference to what it is about, and what was
+    /// fetched for it (`None` for every other event).
+    pub(super) thin: Option<Box<Thin>>,
+}
+
+/// A Stripe thin event (`object: "v2.core.event"`): its payload names what
+/// it is about, without its data, which is fetched from Stripe's API
+/// before its transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thin {
+    /// `related_object`: the API resource the event is about.
+    pub related: Option<Related>,
+    /// `context`: whose the event is (a connected account), sent back as
+    /// `Stripe-Context` when fetching.
+    pub context: Option<String>,
+    pub fetched: Fetched,
+}
+
+/// A thin event's `related_object`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Related {
+    pub id: String,
+    /// The object's type (`payment_intent`).
+    pub kind: String,
+    /// Where Stripe's API serves it (`/v1/payment_intents/pi_…`).
+    pub url: String,
+}
+
+/// What was fetched for a thin event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetched {
+    /// Nothing yet: its data is not known.
+    Not,
+    /// Its object ([`Event::object`]): the related object when the event is
+    /// of a v1 type webhookd applies, else the event as Stripe's API
+    /// serves it.
+    Found,
+    /// It could not be fetched for good: the reason it is rejected with.
+    Refused(String),
 }
 
 /// A configured source as the events it receives carry it: its name (the
@@ -192,6 +231,38 @@ impl Event {
         }
     }
 
+    /// A Stripe thin event's reference and what was fetched for it.
+    pub fn thin(&self) -> Option<&Thin> {
+        self.thin.as_deref()
+    }
+
+    /// The thin event, its data fetched from Stripe's API (over TLS, with
+    /// our key): `object` is its object from now on, and it is stored
+    /// under the payload's `data.object`, where a snapshot event carries
+    /// its object, so that a release or a replay applies what was fetched.
+    /// Any other event is returned as it is.
+    pub fn fetched(mut self, object: Value) -> Self {
+        let Some(thin) = self.thin.as_deref_mut() else {
+            return self;
+        };
+        thin.fetched = Fetched::Found;
+        if let Ok(Value::Object(mut payload)) = serde_json::from_str(self.stored_payload()) {
+            payload.insert("data".into(), serde_json::json!({ "object": object }));
+            self.stored = Some(Value::Object(payload).to_string());
+        }
+        self.object = object;
+        self
+    }
+
+    /// The thin event, whose data could not be fetched for good (or not
+    /// at all: no API key): it is recorded `rejected` with `reason`.
+    pub fn not_fetched(mut self, reason: String) -> Self {
+        if let Some(thin) = self.thin.as_deref_mut() {
+            thin.fetched = Fetched::Refused(reason);
+        }
+        self
+    }
+
     /// The exact bytes that were verified.
     pub fn raw(&self) -> &Bytes {
         &self.raw
@@ -219,6 +290,16 @@ pub struct VerifiedEvent(Event, usize);
 impl VerifiedEvent {
     pub fn into_event(self) -> Event {
         self.0
+    }
+
+    /// [`Event::fetched`] of the verified event.
+    pub fn fetched(self, object: Value) -> Self {
+        VerifiedEvent(self.0.fetched(object), self.1)
+    }
+
+    /// [`Event::not_fetched`] of the verified event.
+    pub fn not_fetched(self, reason: String) -> Self {
+        VerifiedEvent(self.0.not_fetched(reason), self.1)
     }
 
     /// Which of the source's secrets (PayPal: webhook ids) signed it, by
@@ -327,6 +408,7 @@ impl Event {
             account: None,
             refusal: None,
             receiver: None,
+            thin: None,
         }
     }
 

@@ -34,7 +34,7 @@ pub(crate) use payload::{JsonBody, parse_object};
 pub(crate) use event::source_event;
 #[cfg(feature = "test-support")]
 pub use event::testing;
-pub use event::{Event, Kind, Receiver, VerifiedEvent, Via, is_own_id};
+pub use event::{Event, Fetched, Kind, Receiver, Related, Thin, VerifiedEvent, Via, is_own_id};
 use event::{delivered_id, verified};
 pub(crate) use keys::{HmacSha256, Keys};
 use received::Received;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::{Event, VerifiedEvent, delivered_id, verified};
+use super::{Event, Fetched, Related, Thin, VerifiedEvent, delivered_id, verified};
 use super::{
     HmacSha256, Keys, Kind, Scope, SignatureError, Verify, Via, check_tolerance, id_and_type,
     is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
@@ -130,16 +130,27 @@ pub fn listed_event(raw: &Bytes) -> Result<Event, SignatureError> {
     Ok(parse_event(raw)?.arrived_via(Via::Sweep))
 }
 
-/// Parses a Stripe event envelope: `id`, `type`, `created`, `data.object`.
+/// The `object` of a thin event's envelope.
+pub const THIN_EVENT_OBJECT: &str = "v2.core.event";
+
+/// Parses a Stripe event envelope: `id`, `type`, `created`, `data.object`;
+/// of a thin event (`object: "v2.core.event"`), `created` as RFC 3339,
+/// `context` and `related_object`, and the object fetched for it when it
+/// was stored with one ([`Event::fetched`]).
 pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
     let super::JsonBody { mut fields, stored } = parse_object(body)?;
     let (event_id, event_type) = id_and_type(&fields, "type")?;
+    let thin = fields.get("object").and_then(Value::as_str) == Some(THIN_EVENT_OBJECT);
     let created = match fields.get("created") {
         None | Some(Value::Null) => None,
+        Some(Value::String(created)) if thin => Some(super::paypal::parse_time(created).ok_or(
+            SignatureError::InvalidPayload("created is not an RFC 3339 time"),
+        )?),
         Some(created) => Some(created.as_i64().filter(|t| is_unix_time(*t)).ok_or(
             SignatureError::InvalidPayload("created is not a Unix timestamp"),
         )?),
     };
+    let thin = thin.then(|| thin_reference(&fields));
     let livemode = fields.get("livemode").and_then(Value::as_bool);
     let account = match fields.get("account") {
         None | Some(Value::Null) => None,
@@ -151,11 +162,20 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
         .get_mut("data")
         .and_then(|data| data.get_mut("object"))
         .map_or(Value::Null, Value::take);
+    // A thin event stored with what was fetched for it carries it as a
+    // snapshot event carries its object.
+    let thin = thin.map(|mut thin| {
+        if !object.is_null() {
+            thin.fetched = Fetched::Found;
+        }
+        Box::new(thin)
+    });
     Ok(Event {
         created,
         object,
         livemode,
         account,
+        thin,
         ..Event::delivered(
             Arc::from(PROVIDER),
             Kind::Stripe,
@@ -165,6 +185,24 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
             stored,
         )
     })
+}
+
+/// A thin event's `context` and `related_object`, as far as they are
+/// strings; nothing fetched yet.
+fn thin_reference(fields: &serde_json::Map<String, Value>) -> Thin {
+    let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
+    let related = fields.get("related_object").and_then(|related| {
+        Some(Related {
+            id: text(related.get("id"))?,
+            kind: text(related.get("type"))?,
+            url: text(related.get("url"))?,
+        })
+    });
+    Thin {
+        related,
+        context: text(fields.get("context")),
+        fetched: Fetched::Not,
+    }
 }
 
 #[cfg(test)]
@@ -202,6 +240,35 @@ mod tests {
         ] {
             assert!(parse_header(&value).is_err(), "accepted {value:?}");
         }
+    }
+
+    #[test]
+    fn a_thin_event_reads_its_rfc_3339_time_its_reference_and_what_was_fetched() {
+        let body = Bytes::from_static(
+            br#"{"id":"evt_t","object":"v2.core.event","type":"v1.payment_intent.succeeded","created":"2024-09-26T19:25:42.123Z","livemode":false,"context":"acct_1","related_object":{"id":"pi_1","type":"payment_intent","url":"/v1/payment_intents/pi_1"}}"#,
+        );
+        let event = parse_event(&body).unwrap();
+        assert_eq!(event.created(), Some(1_727_378_742));
+        let thin = event.thin().unwrap();
+        assert_eq!(thin.fetched, Fetched::Not);
+        assert_eq!(thin.context.as_deref(), Some("acct_1"));
+        assert_eq!(
+            thin.related.as_ref().unwrap().url,
+            "/v1/payment_intents/pi_1"
+        );
+        assert!(event.object().is_null());
+        // Stored with what was fetched, it is read back fetched.
+        let fetched = event.fetched(serde_json::json!({ "id": "pi_1", "amount": 5 }));
+        let stored = Bytes::from(fetched.stored_payload().to_owned());
+        let again = parse_event(&stored).unwrap();
+        assert_eq!(again.thin().unwrap().fetched, Fetched::Found);
+        assert_eq!(again.object()["amount"], 5);
+        // A snapshot event's numeric time, and a thin one's that is not a time.
+        let bad = br#"{"id":"evt_t","object":"v2.core.event","type":"x","created":"yesterday"}"#;
+        assert!(parse_event(&Bytes::from_static(bad)).is_err());
+        let snapshot =
+            br#"{"id":"evt_s","object":"event","type":"x","created":"2024-09-26T19:25:42Z"}"#;
+        assert!(parse_event(&Bytes::from_static(snapshot)).is_err());
     }
 
     #[test]
