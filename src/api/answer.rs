@@ -16,17 +16,20 @@ pub(super) enum Unread {
     Failed(reqwest::Error),
 }
 
-/// The body, read chunk by chunk, refused past [`MOST_BODY_BYTES`].
-pub(super) async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, Unread> {
+/// The body, read chunk by chunk, refused past `most` bytes.
+pub(super) async fn read_bounded(
+    mut response: reqwest::Response,
+    most: usize,
+) -> Result<Vec<u8>, Unread> {
     if response
         .content_length()
-        .is_some_and(|length| length > MOST_BODY_BYTES as u64)
+        .is_some_and(|length| length > most as u64)
     {
         return Err(Unread::TooLarge);
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(Unread::Failed)? {
-        if body.len() + chunk.len() > MOST_BODY_BYTES {
+        if body.len() + chunk.len() > most {
             return Err(Unread::TooLarge);
         }
         body.extend_from_slice(&chunk);

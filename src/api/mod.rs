@@ -65,6 +65,16 @@ pub enum ApiFailure {
     Oversized(String, &'static str),
 }
 
+/// Why a single request ([`Api::get_once`]) got no body.
+#[derive(Debug, thiserror::Error)]
+pub enum Once {
+    /// A retry may mend it: a network error, 429, a 5xx.
+    #[error("{0}")]
+    Transient(String),
+    #[error(transparent)]
+    Failed(ApiFailure),
+}
+
 /// How a request authenticates.
 pub enum Auth {
     Bearer(SecretString),
@@ -182,6 +192,49 @@ impl Api {
         }
     }
 
+    /// GETs `path` once, with `headers` besides the key, within `timeout`,
+    /// its body at most `most` bytes (a body over them is refused for good):
+    /// for a request that answers a webhook, which must not wait out a
+    /// sweep's backoff. What a retry can mend (429, 5xx, a network error, a
+    /// body cut short) is [`Once::Transient`], for the caller's caller to
+    /// retry later; the rest is what [`Api::get`] would stop with. Shared by
+    /// concurrent requests: it neither paces nor counts them.
+    pub async fn get_once(
+        &self,
+        path: &str,
+        headers: &[(&'static str, HeaderValue)],
+        timeout: Duration,
+        most: usize,
+    ) -> Result<Vec<u8>, Once> {
+        if self.token_path.is_some() {
+            return Err(Once::Failed(ApiFailure::Malformed(
+                "a single request cannot buy a token".into(),
+                self.provider,
+            )));
+        }
+        let mut url = self.base.clone();
+        url.set_path(path);
+        let mut builder = self
+            .client
+            .get(url)
+            .timeout(timeout)
+            .header(AUTHORIZATION, self.auth.clone());
+        for (name, value) in headers {
+            builder = builder.header(*name, value.clone());
+        }
+        let response = match builder.send().await {
+            Ok(response) => response,
+            Err(error) => return Err(Once::Transient(error.without_url().to_string())),
+        };
+        let status = response.status();
+        let retry_after = retry_after(response.headers().get(RETRY_AFTER));
+        match self.judge(status, read_bounded(response, most).await, retry_after) {
+            Ok(Tried::Answered(body)) => Ok(body),
+            Ok(Tried::Failed { error, .. }) => Err(Once::Transient(error)),
+            Err(failure) => Err(Once::Failed(failure)),
+        }
+    }
+
     /// Sends `request` until it is answered, or a retry cannot help.
     async fn send(&mut self, request: &Sending) -> Result<Vec<u8>, ApiFailure> {
         let mut last = String::new();
@@ -226,7 +279,11 @@ impl Api {
             Ok(response) => {
                 let status = response.status();
                 let retry_after = retry_after(response.headers().get(RETRY_AFTER));
-                self.judge(status, read_bounded(response).await, retry_after)
+                self.judge(
+                    status,
+                    read_bounded(response, MOST_BODY_BYTES).await,
+                    retry_after,
+                )
             }
         }
     }
@@ -243,7 +300,7 @@ impl Api {
         match (status, body) {
             (StatusCode::OK, Ok(body)) => Ok(Tried::Answered(body)),
             (_, Err(Unread::TooLarge)) => Err(ApiFailure::Malformed(
-                format!("a body over {MOST_BODY_BYTES} bytes"),
+                "a body over the bound".into(),
                 self.provider,
             )),
             (_, Err(Unread::Failed(error))) => Ok(Tried::Failed {
