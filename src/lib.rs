@@ -24,3 +24,4 @@ pub mod story;
 pub mod subscriptions;
 pub mod sweep;
 pub mod telemetry;
+pub mod thin;

@@ -8,6 +8,7 @@ use sqlx::PgPool;
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 use crate::config::{SourceSettings, StripeApiArgs};
 use crate::providers::Providers;
+use crate::thin::Fetcher;
 use crate::{events, ingest};
 
 #[derive(Debug, Subcommand)]
@@ -25,7 +26,8 @@ pub enum EventsCommand {
     /// Re-run a stored event's effects through the same idempotent path,
     /// judged by the source that received it as it is configured now
     /// (`WEBHOOKD_SOURCE_<NAME>_*`; a Stripe event by its source's mode and
-    /// Connect settings).
+    /// Connect settings). A Stripe thin event stored without its data is
+    /// fetched first, with STRIPE_API_KEY.
     Replay {
         provider: String,
         event_id: String,
@@ -53,7 +55,8 @@ pub async fn run(
             stripe,
         } => {
             let sources = crate::startup::registry(stripe, configured)?;
-            replay(pool, &sources, provider, event_id, out).await
+            let thin = crate::startup::thin_fetcher(stripe)?;
+            replay(pool, &sources, thin.as_deref(), provider, event_id, out).await
         }
     }
 }
@@ -116,11 +119,12 @@ async fn show(
 async fn replay(
     pool: &PgPool,
     sources: &Providers,
+    thin: Option<&Fetcher>,
     provider: &str,
     event_id: &str,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let done = ingest::replay_stored(pool, sources, provider, event_id)
+    let done = ingest::replay_stored(pool, sources, thin, provider, event_id)
         .await?
         .map_err(|refused| anyhow::anyhow!("{} {}: {refused}", id(provider), id(event_id)))?;
     let applied = &done.replayed.applied;

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::ingest;
 use crate::providers::SignatureError;
-use crate::telemetry;
+use crate::{telemetry, thin};
 
 /// Seconds a provider is asked to wait before retrying after a 503.
 pub const RETRY_AFTER_SECS: u32 = 5;
@@ -22,6 +22,8 @@ pub enum ApiError {
     Signature(#[from] SignatureError),
     #[error("temporarily unavailable")]
     Unavailable(#[source] ingest::Error),
+    #[error("temporarily unavailable")]
+    FetchUnavailable(#[from] thin::Unavailable),
     #[error("request timed out")]
     TimedOut,
     #[error("unexpected error")]
@@ -47,7 +49,9 @@ impl ApiError {
             ApiError::UnknownProvider => StatusCode::NOT_FOUND,
             ApiError::Signature(SignatureError::KeyUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Signature(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unavailable(_) | ApiError::TimedOut => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::FetchUnavailable(_) | ApiError::TimedOut => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -49,6 +49,11 @@ pub async fn receive(
     state
         .metrics
         .secret_matched(&provider, event.secret_index());
+    // A thin event's data, fetched before its transaction.
+    let event = match (&state.thin, event.thin()) {
+        (Some(fetcher), Some(_)) => fetcher.fetch(event).await?,
+        _ => event,
+    };
 
     let receipt = state.ingestor.ingest(event).await?;
     let elapsed = started.elapsed();

@@ -8,6 +8,7 @@ use super::engine;
 use crate::effects;
 use crate::events::{self, Outcome};
 use crate::providers::{Event, Providers};
+use crate::thin::Fetcher;
 
 /// Re-runs a stored event's effects through the same idempotent path, in one
 /// transaction, under the same locks. Effects that exist already are kept:
@@ -46,6 +47,9 @@ pub enum ReplayRefused {
     Imported,
     #[error("the stored payload cannot be replayed: {0}")]
     Unreplayable(String),
+    /// A thin event whose data Stripe's API could not give now.
+    #[error("{0}; try again")]
+    NotFetched(String),
     /// The source that received it is not configured now: what it does
     /// with its events (apply, or only record) is not known.
     #[error("the source `{0}` that received it is not configured")]
@@ -64,10 +68,13 @@ pub struct ReplayedStored {
 /// console's "replay" both run. It is judged by the source that received
 /// it as `sources` configure it now (its scope: an event it does not take
 /// is rejected, as its delivery would be; whether it only records); an
-/// event of a named source no longer configured is not replayed.
+/// event of a named source no longer configured is not replayed. A Stripe
+/// thin event stored without its data (no key when it arrived) is fetched
+/// first, outside the transaction, by `thin` (`STRIPE_API_KEY` set).
 pub async fn replay_stored(
     pool: &PgPool,
     sources: &Providers,
+    thin: Option<&Fetcher>,
     provider: &str,
     event_id: &str,
 ) -> Result<Result<ReplayedStored, ReplayRefused>, Error> {
@@ -91,6 +98,13 @@ pub async fn replay_stored(
     ) {
         Ok(event) => event.received_by(receiver).within(sources.scope(&source)),
         Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
+    };
+    let event = match thin {
+        Some(thin) => match thin.fetch_stored(event).await {
+            Ok(event) => event,
+            Err(unavailable) => return Ok(Err(ReplayRefused::NotFetched(unavailable.to_string()))),
+        },
+        None => event,
     };
     let replayed = replay(pool, &event, stored.outcome).await?;
     Ok(Ok(ReplayedStored {

@@ -2,6 +2,8 @@
 //! drainer, the periodic sweep) and the provider API clients, built from
 //! the configuration.
 
+use std::sync::Arc;
+
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
@@ -16,6 +18,7 @@ use crate::sinks::Sink;
 use crate::sinks::http::HttpSink;
 use crate::sinks::log::LogSink;
 use crate::sweep::schedule::{Sweeper, Target};
+use crate::thin::Fetcher;
 
 /// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`
 /// is set (it then needs `WEBHOOKD_SINK_SECRET`), else the `log` sink.
@@ -141,6 +144,18 @@ pub fn razorpay_api(args: &RazorpayApiArgs) -> anyhow::Result<Api> {
 
 /// Requests a second to Razorpay's API.
 pub const RAZORPAY_RATE: u32 = 10;
+
+/// What fetches the data of Stripe's thin events, when `STRIPE_API_KEY` is
+/// set ([`crate::thin`]); without it, thin events are rejected saying so.
+pub fn thin_fetcher(args: &StripeApiArgs) -> anyhow::Result<Option<Arc<Fetcher>>> {
+    let Some(key) = set(&args.stripe_api_key) else {
+        return Ok(None);
+    };
+    Ok(Some(Arc::new(Fetcher::new(
+        &args.stripe_api_base,
+        key.clone(),
+    )?)))
+}
 
 /// Stripe's API, paced at `WEBHOOKD_SWEEP_RATE` requests a second.
 pub fn stripe_api(args: &StripeApiArgs) -> anyhow::Result<Api> {
