@@ -64,7 +64,12 @@ pub async fn run(args: &SendArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let (path, body, headers) = match args.provider.as_str() {
         providers::stripe::PROVIDER => {
             let secret = first_secret(&args.stripe_webhook_secret, "STRIPE_WEBHOOK_SECRET")?;
-            let body = stripe::event(args, minor_amount(args)?, t, unique).to_string();
+            let event = stripe::event(args, minor_amount(args)?, t, unique);
+            let body = match args.stripe.thin {
+                true => stripe::thin(&event, t),
+                false => event,
+            }
+            .to_string();
             let header = providers::stripe::signature_header(secret, t, body.as_bytes());
             (
                 providers::stripe::PROVIDER,

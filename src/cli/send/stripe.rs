@@ -1,7 +1,8 @@
 //! `webhookd send stripe`: a Stripe-shaped event (API version 2024-06-20),
 //! one builder per object it carries: payment intents, charges, invoices,
 //! subscriptions, Checkout Sessions and customers, with the fields Stripe
-//! sends that the effects read.
+//! sends that the effects read; with `--thin`, the same event as a thin
+//! one ([`thin`]).
 
 use clap::Args;
 use serde_json::{Value, json};
@@ -24,6 +25,14 @@ pub struct StripeSendArgs {
     /// is received.
     #[arg(long)]
     pub checkout: bool,
+    /// Send it as a thin event, as an event destination of thin payloads
+    /// does (`object: "v2.core.event"`, type `v1.<event type>`, the object
+    /// named in `related_object`, no data): the server fetches the object
+    /// from Stripe's API with its STRIPE_API_KEY (at
+    /// WEBHOOKD_STRIPE_API_BASE), so it must exist there. A type named
+    /// `v1.…` or `v2.…` is sent as it is.
+    #[arg(long)]
+    pub thin: bool,
 }
 
 /// The parts of a sample that every object takes from the options.
@@ -96,6 +105,35 @@ pub fn event(args: &SendArgs, amount: i64, t: i64, unique: u128) -> Value {
         "id": format!("evt_send_{unique}"), "object": "event", "api_version": "2024-06-20",
         "created": t, "data": { "object": object }, "livemode": false, "pending_webhooks": 1,
         "request": { "id": null, "idempotency_key": null }, "type": args.event_type,
+    })
+}
+
+/// `snapshot` (an event [`event`] built) as a thin event: its type `v1.`
+/// and the type (a type already `v1.…` or `v2.…` as it is), its object
+/// named by id, type and the path Stripe's API serves it at.
+pub fn thin(snapshot: &Value, t: i64) -> Value {
+    let kind = snapshot["type"].as_str().unwrap_or_default();
+    let kind = match kind.starts_with("v1.") || kind.starts_with("v2.") {
+        true => kind.to_owned(),
+        false => format!("v1.{kind}"),
+    };
+    let object = &snapshot["data"]["object"];
+    let related = match (object["id"].as_str(), object["object"].as_str()) {
+        (Some(id), Some(object_type)) => {
+            let collection = match object_type {
+                "checkout.session" => "checkout/sessions".to_owned(),
+                other => format!("{other}s"),
+            };
+            json!({ "id": id, "type": object_type, "url": format!("/v1/{collection}/{id}") })
+        }
+        _ => Value::Null,
+    };
+    let created = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.unsigned_abs());
+    json!({
+        "id": snapshot["id"], "object": "v2.core.event", "type": kind,
+        "created": humantime::format_rfc3339_millis(created).to_string(),
+        "livemode": false, "context": null, "related_object": related,
+        "reason": { "type": "request", "request": { "id": null, "idempotency_key": null } },
     })
 }
 
@@ -196,6 +234,31 @@ mod tests {
             .unwrap()
             .send;
         event(&args, 2500, 1_700_000_000, 7)
+    }
+
+    #[test]
+    fn a_thin_event_names_its_object_and_carries_no_data() {
+        let snapshot = sent(&["payment_intent.succeeded", "--payment", "pi_7", "--thin"]);
+        let sent_thin = thin(&snapshot, 1_700_000_000);
+        assert_eq!(sent_thin["object"], "v2.core.event");
+        assert_eq!(sent_thin["type"], "v1.payment_intent.succeeded");
+        assert_eq!(sent_thin["created"], "2023-11-14T22:13:20.000Z");
+        assert_eq!(sent_thin["id"], snapshot["id"]);
+        assert_eq!(
+            sent_thin["related_object"],
+            json!({ "id": "pi_7", "type": "payment_intent", "url": "/v1/payment_intents/pi_7" })
+        );
+        assert!(sent_thin.get("data").is_none());
+        let session = thin(&sent(&["checkout.session.completed"]), 1);
+        assert_eq!(
+            session["related_object"]["url"],
+            format!(
+                "/v1/checkout/sessions/{}",
+                session["related_object"]["id"].as_str().unwrap()
+            )
+        );
+        let ping = thin(&sent(&["v2.core.event_destination.ping"]), 1);
+        assert_eq!(ping["type"], "v2.core.event_destination.ping");
     }
 
     #[test]
