@@ -7,3 +7,4 @@ pub mod properties;
 pub mod razorpay;
 pub mod scope;
 pub mod stripe;
+pub mod thin;

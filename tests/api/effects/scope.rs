@@ -201,7 +201,7 @@ async fn a_replay_judges_by_the_scope_as_it_is_now(pool: PgPool) {
         ..StripeApiArgs::default()
     };
     let sources = webhookd::startup::registry(&live, &[]).unwrap();
-    let replayed = webhookd::ingest::replay_stored(&app.pool, &sources, "stripe", "evt_test")
+    let replayed = webhookd::ingest::replay_stored(&app.pool, &sources, None, "stripe", "evt_test")
         .await
         .unwrap()
         .unwrap();

@@ -1,5 +1,7 @@
 //! An in-process fake of Stripe's `GET /v1/events` (List all events), with
-//! hooks to inject failures and to hold a sweep half way.
+//! hooks to inject failures and to hold a sweep half way; and of what a
+//! thin event is fetched from: a payment intent by id, a v2 event by id
+//! (`GET /v2/core/events/{id}`).
 
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, header};
@@ -18,12 +20,15 @@ pub fn event(id: &str, event_type: &str, created: i64, object: Value) -> Value {
     })
 }
 
-/// One answered request: its percent-decoded query pairs in the order sent,
-/// whether it carried `Authorization: Bearer <the key>`, and its status.
+/// One answered request: its path, its percent-decoded query pairs in the
+/// order sent, whether it carried `Authorization: Bearer <the key>`, its
+/// `Stripe-Context`, and its status.
 #[derive(Clone, Debug)]
 pub struct Request {
+    pub path: String,
     pub query: Vec<(String, String)>,
     pub authorized: bool,
+    pub context: Option<String>,
     pub status: u16,
 }
 
@@ -45,6 +50,13 @@ pub struct Stripe {
     /// in the same order.
     payment_intents: Vec<Value>,
     refunds: Vec<Value>,
+    /// v2 events by id (`GET /v2/core/events/{id}`).
+    v2_events: Vec<Value>,
+    /// What is served for an id instead of its object: another object, a
+    /// body over any bound, anything.
+    instead: Vec<(String, String)>,
+    /// How long a retrieval waits before it answers.
+    slow: Option<std::time::Duration>,
 }
 
 impl FakeStripe {
@@ -55,6 +67,7 @@ impl FakeStripe {
             .route("/v1/events", get(list_events))
             .route("/v1/payment_intents", get(list_payment_intents))
             .route("/v1/payment_intents/{id}", get(retrieve_payment_intent))
+            .route("/v2/core/events/{id}", get(retrieve_v2_event))
             .route("/v1/refunds", get(list_refunds));
         let stripe = Stripe {
             key: key.to_owned(),
@@ -73,6 +86,28 @@ impl FakeStripe {
     /// Adds a payment intent (`GET /v1/payment_intents`, and by id).
     pub fn add_payment_intent(&self, intent: Value) {
         self.modify(|s| insert(&mut s.payment_intents, intent));
+    }
+
+    /// Adds a v2 event (`GET /v2/core/events/{id}`).
+    pub fn add_v2_event(&self, event: Value) {
+        self.modify(|s| s.v2_events.push(event));
+    }
+
+    /// Serves `body` (any text) when the object `id` is retrieved.
+    pub fn serve_instead(&self, id: &str, body: String) {
+        self.modify(|s| s.instead.push((id.to_owned(), body)));
+    }
+
+    /// Makes every retrieval wait `delay` before it answers.
+    pub fn slow_retrievals(&self, delay: std::time::Duration) {
+        self.modify(|s| s.slow = Some(delay));
+    }
+
+    /// The requests that retrieved one object (a payment intent, a v2
+    /// event), in the order answered.
+    pub fn retrievals(&self) -> Vec<Request> {
+        let requests = self.requests().into_iter();
+        requests.filter(|r| r.path != "/v1/events").collect()
     }
 
     /// Adds a refund object (`GET /v1/refunds`).
@@ -138,22 +173,57 @@ async fn retrieve_payment_intent(
     headers: HeaderMap,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
-    let key = bearer(&headers);
-    if !fake.read(|s| key == s.key) {
-        return unauthorized(key);
-    }
-    let found = fake.read(|s| {
-        let mut intents = s.payment_intents.iter();
-        intents.find(|p| p["id"] == id.as_str()).cloned()
-    });
-    match found {
-        Some(intent) => Json(intent).into_response(),
-        None => error(
-            404,
-            "invalid_request_error",
-            &format!("No such payment_intent: '{id}'"),
-        ),
-    }
+    let path = format!("/v1/payment_intents/{id}");
+    retrieve(
+        &fake,
+        &headers,
+        path,
+        &id,
+        |s| &s.payment_intents,
+        "payment_intent",
+    )
+    .await
+}
+
+async fn retrieve_v2_event(
+    State(fake): State<Fake>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let path = format!("/v2/core/events/{id}");
+    retrieve(&fake, &headers, path, &id, |s| &s.v2_events, "event").await
+}
+
+/// One object by id, as Stripe serves it: an injected failure first, then
+/// the key, then (after the delay of [`FakeStripe::slow_retrievals`]) the
+/// object or a 404. Each request is recorded.
+async fn retrieve(
+    fake: &Fake,
+    headers: &HeaderMap,
+    path: String,
+    id: &str,
+    of: fn(&Stripe) -> &Vec<Value>,
+    kind: &str,
+) -> Response {
+    let serve = async {
+        if let Some(delay) = fake.read(|s| s.slow) {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(body) = fake.read(|s| s.instead.iter().find(|(i, _)| i == id).cloned()) {
+            let json = [(header::CONTENT_TYPE, "application/json")];
+            return (json, body.1).into_response();
+        }
+        let found = fake.read(|s| of(s).iter().find(|o| o["id"] == id).cloned());
+        match found {
+            Some(object) => Json(object).into_response(),
+            None => error(
+                404,
+                "invalid_request_error",
+                &format!("No such {kind}: '{id}'"),
+            ),
+        }
+    };
+    answer(fake, headers, path, Vec::new(), serve).await
 }
 
 async fn list_events(
@@ -162,28 +232,40 @@ async fn list_events(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let query = parse_query(raw.as_deref().unwrap_or_default());
-    let key = bearer(&headers);
-    let authorized = fake.read(|s| key == s.key);
-    let response = async {
-        if let Some((status, retry_after)) = fake.next_failure() {
-            return injected(status, retry_after, key);
-        }
-        if !authorized {
-            return unauthorized(key);
-        }
+    let serve = async {
         if let Err(failure) = fake.read(|s| page(&query, &s.events)) {
             return respond(failure);
         }
         fake.admit().await;
         let page = fake.read(|s| page(&query, &s.events));
         page.map_or_else(respond, |page| Json(page).into_response())
-    }
-    .await;
-    let status = response.status().as_u16();
+    };
+    answer(&fake, &headers, "/v1/events".into(), query.clone(), serve).await
+}
+
+/// Answers a request as Stripe does: an injected failure first, then the
+/// key, then what `serve` answers; and records it.
+async fn answer(
+    fake: &Fake,
+    headers: &HeaderMap,
+    path: String,
+    query: Vec<(String, String)>,
+    serve: impl std::future::Future<Output = Response>,
+) -> Response {
+    let key = bearer(headers);
+    let authorized = fake.read(|s| key == s.key);
+    let response = match fake.next_failure() {
+        Some((status, retry_after)) => injected(status, retry_after, key),
+        None if !authorized => unauthorized(key),
+        None => serve.await,
+    };
+    let context = headers.get("stripe-context").and_then(|v| v.to_str().ok());
     fake.record(Request {
+        path,
         query,
         authorized,
-        status,
+        context: context.map(str::to_owned),
+        status: response.status().as_u16(),
     });
     response
 }

@@ -44,6 +44,7 @@ fn naming(payment: &str, customer: Option<&str>, checkout: bool) -> impl Fn(Send
         stripe: StripeSendArgs {
             customer: customer.clone(),
             checkout,
+            thin: false,
         },
         ..args
     }

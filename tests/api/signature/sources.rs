@@ -311,19 +311,21 @@ async fn a_replay_does_what_the_receiving_source_does_and_refuses_a_source_gone(
     assert_eq!(outcome(response).await, "processed");
 
     let sources = webhookd::startup::registry(&StripeApiArgs::default(), &record).unwrap();
-    let replayed = webhookd::ingest::replay_stored(&app.pool, &sources, "stripe", "evt_replayed")
-        .await
-        .unwrap()
-        .unwrap();
+    let replayed =
+        webhookd::ingest::replay_stored(&app.pool, &sources, None, "stripe", "evt_replayed")
+            .await
+            .unwrap()
+            .unwrap();
     assert_eq!(replayed.replayed.applied.outcome.as_str(), "processed");
     assert_no_money_moved(&app).await;
     assert_eq!(topics(&app, "evt_replayed").await, ["source.ledgerless"]);
 
     let without = webhookd::startup::registry(&StripeApiArgs::default(), &[]).unwrap();
-    let refused = webhookd::ingest::replay_stored(&app.pool, &without, "stripe", "evt_replayed")
-        .await
-        .unwrap()
-        .unwrap_err();
+    let refused =
+        webhookd::ingest::replay_stored(&app.pool, &without, None, "stripe", "evt_replayed")
+            .await
+            .unwrap()
+            .unwrap_err();
     assert_eq!(
         refused,
         ReplayRefused::UnknownSource("ledgerless".to_owned())
