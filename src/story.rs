@@ -45,8 +45,10 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
         ),
         timeline (at, line) as (
             select e.received_at,
-                   format('event %s %s (%s) %s, claimed: %s %s',
+                   format('event %s %s (%s%s%s) %s, claimed: %s %s',
                           e.provider, e.event_id, e.event_type,
+                          coalesce(', connected account ' || e.account, ''),
+                          coalesce(', API version ' || e.api_version, ''),
                           case e.received_via
                               when 'sweep' then 'found by a sweep of the provider''s API'
                               when 'import' then 'imported (applied before webhookd)'

@@ -149,6 +149,26 @@ pub async fn attribute(
     Ok(done.rows_affected())
 }
 
+/// The time (Unix seconds) of the event that wrote subscription
+/// `subscription_id`'s stored state; `None` when none is stored. Read
+/// outside any transaction, before one ([`crate::fetch`]'s tie check).
+pub async fn event_time(
+    pool: &sqlx::PgPool,
+    provider: &str,
+    subscription_id: &str,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select extract(epoch from provider_updated_at)::bigint as "event_time!"
+        from subscriptions where provider = $1 and subscription_id = $2
+        "#,
+        provider,
+        subscription_id,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
 /// The stored state of each of `nexts`' subscriptions, and the time of the
 /// event that wrote it, in order.
 async fn stored(

@@ -108,6 +108,9 @@ pub struct Api {
     /// Least time between the starts of two requests.
     interval: Duration,
     next_start: Instant,
+    /// Sent with every request besides the key (Stripe Connect's
+    /// `Stripe-Account`).
+    headers: Vec<(&'static str, HeaderValue)>,
     /// Requests sent, retries included.
     pub requests: u64,
 }
@@ -164,8 +167,15 @@ impl Api {
             client,
             interval: Duration::from_secs_f64(1.0 / f64::from(requests_per_second.max(1))),
             next_start: Instant::now(),
+            headers: Vec::new(),
             requests: 0,
         })
+    }
+
+    /// The same API, every request also carrying header `name: value`.
+    pub fn with_header(mut self, name: &'static str, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
     }
 
     /// The base URL requests go to (and the host that links must name).
@@ -265,6 +275,9 @@ impl Api {
             .client
             .request(request.method.clone(), request.url.clone())
             .header(AUTHORIZATION, request.auth.clone());
+        for (name, value) in &self.headers {
+            builder = builder.header(*name, value.clone());
+        }
         if let Some(form) = request.form {
             builder = builder
                 .header(CONTENT_TYPE, "application/x-www-form-urlencoded")

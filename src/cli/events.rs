@@ -7,8 +7,8 @@ use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
 use crate::config::{SourceSettings, StripeApiArgs};
+use crate::fetch::Fetcher;
 use crate::providers::Providers;
-use crate::thin::Fetcher;
 use crate::{events, ingest};
 
 #[derive(Debug, Subcommand)]
@@ -55,7 +55,7 @@ pub async fn run(
             stripe,
         } => {
             let sources = crate::startup::registry(stripe, configured)?;
-            let thin = crate::startup::thin_fetcher(stripe)?;
+            let thin = crate::startup::fetcher(stripe)?;
             replay(pool, &sources, thin.as_deref(), provider, event_id, out).await
         }
     }
@@ -104,6 +104,12 @@ async fn show(
     writeln!(out, "received:    {}", stored.received_at)?;
     writeln!(out, "via:         {}", id(&stored.received_via))?;
     writeln!(out, "source:      {}", id(stored.source_name()))?;
+    if let Some(account) = &stored.account {
+        writeln!(out, "account:     {}", id(account))?;
+    }
+    if let Some(version) = &stored.api_version {
+        writeln!(out, "api_version: {}", id(version))?;
+    }
     writeln!(out, "outcome:     {}", stored.outcome)?;
     let detail = stored.detail.to_string();
     writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;

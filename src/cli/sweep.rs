@@ -41,6 +41,11 @@ pub struct StripeSweepArgs {
     /// List and count; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// List this connected account's events (Stripe Connect: the
+    /// `Stripe-Account` header) instead of the platform's own. They are
+    /// judged as the Stripe source that takes that account's events.
+    #[arg(long, value_name = "acct_...")]
+    pub account: Option<String>,
     #[command(flatten)]
     pub api: StripeApiArgs,
 }
@@ -114,11 +119,19 @@ pub async fn sweep(
     let mode = |dry_run| if dry_run { Mode::DryRun } else { Mode::Apply };
     let summary = match command {
         SweepCommand::Stripe(args) => {
-            let mut api = startup::stripe_api(&args.api)?;
+            let (mut api, source) = match &args.account {
+                None => (
+                    startup::stripe_api(&args.api)?,
+                    startup::swept_of(&args.api, configured, crate::providers::stripe::PROVIDER)?,
+                ),
+                Some(account) => {
+                    let sources = startup::registry(&args.api, configured)?;
+                    let source = startup::swept_account(&sources, account)?;
+                    (startup::stripe_account_api(&args.api, account)?, source)
+                }
+            };
             let window =
                 floored(pool, clock, crate::providers::stripe::PROVIDER, args.since).await?;
-            let source =
-                startup::swept_of(&args.api, configured, crate::providers::stripe::PROVIDER)?;
             listing::sweep::<Stripe>(&mut api, pool, mode(args.dry_run), &source, window, None)
                 .await?
         }

@@ -35,6 +35,10 @@ pub struct SourceSettings {
     pub livemode: Option<LiveMode>,
     /// `WEBHOOKD_SOURCE_<NAME>_CONNECT` of a named Stripe source.
     pub connect: bool,
+    /// `WEBHOOKD_SOURCE_<NAME>_API_VERSION` (Stripe): the API version its
+    /// endpoint is pinned to. Events of another are applied, counted and
+    /// shown, so that an upgrade can be watched; `None`: none expected.
+    pub api_version: Option<String>,
 }
 
 impl SourceSettings {
@@ -51,6 +55,7 @@ impl SourceSettings {
             invoice_credits: false,
             livemode: None,
             connect: false,
+            api_version: None,
         }
     }
 
@@ -133,10 +138,11 @@ enum Setting {
     InvoiceCredits,
     Livemode,
     Connect,
+    ApiVersion,
 }
 
 impl Setting {
-    const ALL: [Setting; 8] = [
+    const ALL: [Setting; 9] = [
         Setting::Scheme,
         Setting::Secret,
         Setting::WebhookId,
@@ -145,6 +151,7 @@ impl Setting {
         Setting::InvoiceCredits,
         Setting::Livemode,
         Setting::Connect,
+        Setting::ApiVersion,
     ];
 
     /// The end of its variable's name (no setting's is the end of another's).
@@ -158,6 +165,7 @@ impl Setting {
             Setting::InvoiceCredits => "_INVOICE_CREDITS",
             Setting::Livemode => "_LIVEMODE",
             Setting::Connect => "_CONNECT",
+            Setting::ApiVersion => "_API_VERSION",
         }
     }
 }
@@ -216,7 +224,7 @@ pub fn sources_from_env(
         else {
             problems.push(format!(
                 "{key}: not a source setting; a source has _SCHEME, _SECRET, _WEBHOOK_ID, \
-                 _EFFECTS, _OWNER, _INVOICE_CREDITS, _LIVEMODE and _CONNECT"
+                 _EFFECTS, _OWNER, _INVOICE_CREDITS, _LIVEMODE, _CONNECT and _API_VERSION"
             ));
             continue;
         };
@@ -351,7 +359,10 @@ fn source(upper: &str, given: &Given) -> Result<Option<SourceSettings>, Vec<Stri
                 },
                 Err(why) => problems.push(refused(&why.to_string())),
             },
-            Setting::InvoiceCredits | Setting::Livemode | Setting::Connect
+            Setting::InvoiceCredits
+            | Setting::Livemode
+            | Setting::Connect
+            | Setting::ApiVersion
                 if scheme != SourceScheme::Stripe =>
             {
                 problems.push(refused("only a Stripe source has this setting"));
@@ -368,6 +379,12 @@ fn source(upper: &str, given: &Given) -> Result<Option<SourceSettings>, Vec<Stri
                 Some(on) => settings.connect = on,
                 None => problems.push(expects("true or false")),
             },
+            Setting::ApiVersion if crate::providers::stripe::is_api_version(text) => {
+                settings.api_version = Some(text.to_owned());
+            }
+            Setting::ApiVersion => problems.push(expects(
+                "a Stripe API version, such as 2025-03-31.basil or 2024-06-20",
+            )),
         }
         read_any = true;
     }

@@ -46,6 +46,12 @@ pub struct StripeApiArgs {
     #[arg(long, env = "WEBHOOKD_SWEEP_RATE", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rate: u32,
+    /// `subscriptions`: a subscription event that ties with the stored
+    /// state on `created` (Stripe's times are to the second) is given the
+    /// subscription as `GET /v1/subscriptions/{id}` serves it now before it
+    /// applies. Unset or `off`: the later arrival applies.
+    #[arg(long, env = "WEBHOOKD_STRIPE_REFRESH_ON_TIE")]
+    pub stripe_refresh_on_tie: Option<String>,
     #[command(flatten)]
     pub scope: StripeScopeArgs,
 }
@@ -59,6 +65,16 @@ impl Default for StripeApiArgs {
 }
 
 impl StripeApiArgs {
+    /// Whether a subscription event that ties with the stored state is
+    /// refreshed from the API (`WEBHOOKD_STRIPE_REFRESH_ON_TIE`).
+    pub fn refresh_subscriptions_on_tie(&self) -> anyhow::Result<bool> {
+        match self.stripe_refresh_on_tie.as_deref().map(str::trim) {
+            None | Some("" | "off") => Ok(false),
+            Some("subscriptions") => Ok(true),
+            Some(_) => anyhow::bail!("WEBHOOKD_STRIPE_REFRESH_ON_TIE is subscriptions or off"),
+        }
+    }
+
     /// The events the source `stripe` takes: its settings, and the mode of
     /// the key when they name none ([`StripeScopeArgs::scope`]).
     pub fn scope(&self) -> anyhow::Result<crate::providers::Scope> {

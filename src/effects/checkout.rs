@@ -192,6 +192,7 @@ async fn announce(
                 event_type: Some(event.event_type()),
                 payload,
                 ordering_key: None,
+                account: event.account(),
             }
         })
         .collect();

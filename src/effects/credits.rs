@@ -340,6 +340,7 @@ pub(super) async fn post_announced(
                 event_type: Some(event.event_type()),
                 payload: payload.as_ref()?,
                 ordering_key: Some(wallet),
+                account: event.account(),
             })
         })
         .collect();

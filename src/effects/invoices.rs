@@ -62,6 +62,7 @@ pub(super) async fn announce_paid(
         event_type: Some(event.event_type()),
         payload: &payload,
         ordering_key: None,
+        account: event.account(),
     };
     let outbox_id = outbox::enqueue_one(conn, message).await?;
     let mut announced = Applied::processed(json!({ "outbox_id": outbox_id }));

@@ -502,6 +502,7 @@ async fn announce_each(
             event_type: Some(event.event_type()),
             payload,
             ordering_key: Some(key),
+            account: event.account(),
         })
         .collect();
     if messages.is_empty() {

@@ -46,6 +46,7 @@ pub(super) async fn forward_all(
                 event_type: Some(event.event_type()),
                 payload: event.object(),
                 ordering_key: None,
+                account: event.account(),
             }
         })
         .collect();

@@ -30,7 +30,7 @@ use super::fields::{
 use super::owner::{Clues, candidates, first_named, named};
 use crate::money::currency;
 use crate::owners::{Candidate, Rule};
-use crate::providers::{Event, Fetched};
+use crate::providers::{Event, Fetched, Kind};
 use crate::subscriptions::Subscription;
 
 pub use crate::providers::stripe::PROVIDER;
@@ -116,6 +116,18 @@ pub(super) fn decode(event: &Event) -> Effect {
 pub fn applied_thin_type(thin_type: &str) -> Option<&'static str> {
     let snapshot = thin_type.strip_prefix("v1.")?;
     HANDLED_TYPES.iter().copied().find(|kind| *kind == snapshot)
+}
+
+/// The subscription a snapshot subscription event (`customer.subscription.*`)
+/// is about, which a tie may refresh ([`crate::fetch`]); `None` for any
+/// other event.
+pub fn refreshable_subscription(event: &Event) -> Option<&str> {
+    let kind = event.event_type();
+    let is_subscription =
+        kind.starts_with("customer.subscription.") && HANDLED_TYPES.contains(&kind);
+    (event.kind() == Kind::Stripe && event.thin().is_none() && is_subscription)
+        .then(|| loose_ident_at(event.object(), "/id"))
+        .flatten()
 }
 
 // Stripe's objects as the effects read them, validated: every id an

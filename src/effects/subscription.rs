@@ -10,7 +10,7 @@ use super::subscription_key;
 use super::teach::{Taught, teach};
 use super::{Decoded, announce_each};
 use crate::owners::{self, Subject};
-use crate::providers::Event;
+use crate::providers::{Event, Refreshed};
 use crate::subscriptions::{self, Subscription, Upserted};
 
 /// Applies each subscription event ([`Effect::Subscription`]), in order:
@@ -55,7 +55,7 @@ pub(super) async fn apply_all(
     let announced = announce(conn, &owned, &upserted).await?;
     let mut outbox_ids = announced.into_iter();
     let mut applied = Vec::with_capacity(owned.len());
-    for ((_, _, _, taught), upserted) in owned.into_iter().zip(upserted) {
+    for ((event, _, _, taught), upserted) in owned.into_iter().zip(upserted) {
         let result = match upserted {
             Upserted::Changed { .. } => {
                 let outbox_id = outbox_ids.next().flatten();
@@ -71,9 +71,28 @@ pub(super) async fn apply_all(
                 "stored_status": stored_status,
             })),
         };
-        applied.push(taught.onto(result));
+        applied.push(taught.onto(refreshed(event, result)));
     }
     Ok(applied)
+}
+
+/// `applied`, its detail saying whether the event's object was refreshed
+/// on a tie ([`crate::fetch`]) and how.
+fn refreshed(event: &Event, mut applied: Applied) -> Applied {
+    let note = match event.refresh() {
+        None => return applied,
+        Some(Refreshed::Current) => json!({
+            "refreshed": "it tied with the stored state on created: applied the subscription as Stripe's API serves it now",
+        }),
+        Some(Refreshed::Failed(reason)) => json!({
+            "refresh_failed": reason,
+            "tie_rule": "it tied with the stored state on created: the later arrival applies",
+        }),
+    };
+    if let (Value::Object(detail), Value::Object(note)) = (&mut applied.detail, note) {
+        detail.extend(note);
+    }
+    applied
 }
 
 /// `next` with its owner: the one it names, taught for its customer, else

@@ -293,17 +293,20 @@ pub async fn record_claimed(
         .iter()
         .map(|(c, ..)| stored_source(c.event))
         .collect();
+    let optional = |f: for<'a, 'b> fn(&'a Claim<'b>) -> Option<&'a str>| {
+        claimed.iter().map(|(c, ..)| f(c)).collect::<Vec<_>>()
+    };
     let result = sqlx::query!(
         r#"
         insert into processed_events
             (provider, event_id, event_type, outcome, detail, payload, provider_created_at,
-             received_via, source)
+             received_via, source, account, api_version)
         select provider, event_id, event_type, outcome, detail, payload::jsonb, to_timestamp(created),
-               received_via, source
+               received_via, source, account, api_version
         from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[],
-                    $7::bigint[], $8::text[], $9::text[])
+                    $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[])
             as input (provider, event_id, event_type, outcome, detail, payload, created,
-                      received_via, source)
+                      received_via, source, account, api_version)
         on conflict (provider, event_id) do nothing
         "#,
         &text(|c| c.event.provider()) as &[&str],
@@ -315,6 +318,8 @@ pub async fn record_claimed(
         &created as &[Option<i64>],
         &text(|c| c.event.via().as_str()) as &[&str],
         &source as &[Option<&str>],
+        &optional(|c| c.event.account()) as &[Option<&str>],
+        &optional(|c| c.event.api_version()) as &[Option<&str>],
     )
     .execute(conn)
     .await?;

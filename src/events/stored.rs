@@ -20,6 +20,10 @@ pub struct Stored {
     /// The source that received it, when not the one named as its
     /// provider (the `source` column).
     pub source: Option<String>,
+    /// See [`Preview::account`].
+    pub account: Option<String>,
+    /// See [`Preview::api_version`].
+    pub api_version: Option<String>,
 }
 
 impl Stored {
@@ -53,6 +57,8 @@ pub async fn find(
         received_at: whole.received_at,
         received_via: whole.received_via,
         source: whole.source,
+        account: whole.account,
+        api_version: whole.api_version,
     }))
 }
 
@@ -76,6 +82,12 @@ pub struct Preview {
     pub received_via: String,
     /// See [`Stored::source`].
     pub source: Option<String>,
+    /// The connected account whose event it is (Stripe Connect); `None`:
+    /// the platform's own, or a scheme without accounts.
+    pub account: Option<String>,
+    /// The API version its object was rendered in (Stripe's snapshot
+    /// events).
+    pub api_version: Option<String>,
 }
 
 impl Preview {
@@ -99,7 +111,7 @@ pub async fn preview(
                left(payload::text, $3) as "payload_head!", octet_length(payload::text) as "payload_bytes!",
                provider_created_at as "provider_created_at: Timestamp",
                received_at as "received_at: Timestamp",
-               received_via, source
+               received_via, source, account, api_version
         from processed_events
         where provider = $1 and event_id = $2
         "#,
@@ -120,6 +132,8 @@ pub async fn preview(
         received_at: row.received_at.millis(),
         received_via: row.received_via,
         source: row.source,
+        account: row.account,
+        api_version: row.api_version,
     }))
 }
 

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::ingest;
 use crate::providers::SignatureError;
-use crate::{telemetry, thin};
+use crate::{fetch, telemetry};
 
 /// Seconds a provider is asked to wait before retrying after a 503.
 pub const RETRY_AFTER_SECS: u32 = 5;
@@ -23,7 +23,7 @@ pub enum ApiError {
     #[error("temporarily unavailable")]
     Unavailable(#[source] ingest::Error),
     #[error("temporarily unavailable")]
-    FetchUnavailable(#[from] thin::Unavailable),
+    FetchUnavailable(#[from] fetch::Unavailable),
     #[error("request timed out")]
     TimedOut,
     #[error("unexpected error")]

@@ -34,8 +34,10 @@ mod console;
 pub mod quantile;
 mod scraped;
 mod secrets;
+mod versions;
 
 pub use scraped::Scraped;
+pub use versions::VersionCount;
 
 use catalogue::*;
 
@@ -64,6 +66,8 @@ pub struct Metrics {
     /// The ingest latency histogram again, every provider together, for
     /// the console's quantiles (the recorder keeps its own only as text).
     latency: Buckets,
+    /// The API versions counted, again, for the console.
+    versions: versions::Versions,
 }
 
 impl Default for Metrics {
@@ -88,6 +92,7 @@ impl Metrics {
             deliveries: workers.deliveries,
             sweeps: workers.sweeps,
             latency: Buckets::new(&LATENCY_BUCKETS),
+            versions: versions::Versions::default(),
         }
     }
 
@@ -205,7 +210,7 @@ impl Metrics {
         for (provider, counters) in &stats.providers {
             let labels = |result| {
                 vec![
-                    Label::from_static_parts("provider", provider),
+                    Label::new("provider", provider.clone()),
                     Label::from_static_parts("result", result),
                 ]
             };

@@ -41,8 +41,8 @@ pub struct AppState {
     pub ingestor: Ingestor,
     /// The mounted providers and sources, by name.
     pub providers: Providers,
-    /// What fetches Stripe's thin events' data (`STRIPE_API_KEY` set).
-    pub thin: Option<Arc<crate::thin::Fetcher>>,
+    /// What completes deliveries from Stripe's API (`STRIPE_API_KEY` set).
+    pub fetcher: Option<Arc<crate::fetch::Fetcher>>,
     pub clock: Clock,
     /// Cancelled when the process starts shutting down (`/readyz` turns 503).
     pub shutdown: CancellationToken,

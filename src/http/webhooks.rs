@@ -49,10 +49,18 @@ pub async fn receive(
     state
         .metrics
         .secret_matched(&provider, event.secret_index());
-    // A thin event's data, fetched before its transaction.
-    let event = match (&state.thin, event.thin()) {
-        (Some(fetcher), Some(_)) => fetcher.fetch(event).await?,
-        _ => event,
+    if let (Some(version), Some(receiver)) = (event.api_version(), event.receiver()) {
+        let expected = receiver
+            .api_version
+            .as_ref()
+            .map(|expected| expected == version);
+        state.metrics.api_version(&provider, version, expected);
+    }
+    // What the API must add (a thin event's data, a tie's current
+    // state), fetched before the transaction.
+    let event = match &state.fetcher {
+        Some(fetcher) => fetcher.complete(&state.pool, event).await?,
+        None => event,
     };
 
     let receipt = state.ingestor.ingest(event).await?;

@@ -7,8 +7,8 @@ use super::Error;
 use super::engine;
 use crate::effects;
 use crate::events::{self, Outcome};
+use crate::fetch::Fetcher;
 use crate::providers::{Event, Providers};
-use crate::thin::Fetcher;
 
 /// Re-runs a stored event's effects through the same idempotent path, in one
 /// transaction, under the same locks. Effects that exist already are kept:
@@ -70,11 +70,12 @@ pub struct ReplayedStored {
 /// is rejected, as its delivery would be; whether it only records); an
 /// event of a named source no longer configured is not replayed. A Stripe
 /// thin event stored without its data (no key when it arrived) is fetched
-/// first, outside the transaction, by `thin` (`STRIPE_API_KEY` set).
+/// first, outside the transaction, by `fetcher` (`STRIPE_API_KEY` set), which also refreshes a
+/// subscription event that ties with the stored state.
 pub async fn replay_stored(
     pool: &PgPool,
     sources: &Providers,
-    thin: Option<&Fetcher>,
+    fetcher: Option<&Fetcher>,
     provider: &str,
     event_id: &str,
 ) -> Result<Result<ReplayedStored, ReplayRefused>, Error> {
@@ -99,8 +100,8 @@ pub async fn replay_stored(
         Ok(event) => event.received_by(receiver).within(sources.scope(&source)),
         Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
     };
-    let event = match thin {
-        Some(thin) => match thin.fetch_stored(event).await {
+    let event = match fetcher {
+        Some(fetcher) => match fetcher.complete(pool, event).await {
             Ok(event) => event,
             Err(unavailable) => return Ok(Err(ReplayRefused::NotFetched(unavailable.to_string()))),
         },

@@ -18,6 +18,22 @@ pub struct Message<'a> {
     /// delivery is on (`WEBHOOKD_OUTBOX_ORDER=key`); `None`: the event's own
     /// (`{provider}:{event_id}`).
     pub ordering_key: Option<&'a str>,
+    /// The connected account whose event it is (Stripe Connect): written
+    /// into the payload as `account`, unless the payload names one itself.
+    pub account: Option<&'a str>,
+}
+
+impl Message<'_> {
+    /// The payload to store: [`Message::payload`], with its `account`.
+    fn stored_payload(&self) -> Value {
+        let mut payload = self.payload.clone();
+        if let (Some(account), Value::Object(fields)) = (self.account, &mut payload) {
+            fields
+                .entry("account")
+                .or_insert_with(|| Value::from(account));
+        }
+        payload
+    }
 }
 
 /// Writes the rows in order, in one statement; returns each one's id. The
@@ -34,7 +50,7 @@ pub async fn enqueue<'a>(
     messages: &[Message<'a>],
 ) -> Result<Vec<Option<i64>>, sqlx::Error> {
     let column = |f: fn(&Message<'a>) -> &'a str| messages.iter().map(f).collect::<Vec<_>>();
-    let payloads: Vec<Value> = messages.iter().map(|m| m.payload.clone()).collect();
+    let payloads: Vec<Value> = messages.iter().map(Message::stored_payload).collect();
     let keys: Vec<Option<&str>> = messages.iter().map(|m| m.ordering_key).collect();
     let lease_secs = handoff::lease_secs();
     let rows = sqlx::query!(

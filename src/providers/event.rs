@@ -73,6 +73,9 @@ pub struct Event {
     /// for the platform's own; an account that is not a string is kept as
     /// an empty one, present but unlisted).
     pub(super) account: Option<String>,
+    /// Stripe's `api_version`: the API version a snapshot event's object is
+    /// rendered in (`None` when the envelope does not say).
+    pub(super) api_version: Option<String>,
     /// Why its source's [`Scope`] does not take it ([`Event::within`]):
     /// it is then recorded `rejected` with this reason, touching nothing.
     pub(super) refusal: Option<String>,
@@ -84,6 +87,19 @@ pub struct Event {
     /// A Stripe thin event's reference to what it is about, and what was
     /// fetched for it (`None` for every other event).
     pub(super) thin: Option<Box<Thin>>,
+    /// Whether its object was refreshed from the API on a tie
+    /// ([`Event::refreshed`]); `None`: it was not tried.
+    pub(super) refreshed: Option<Refreshed>,
+}
+
+/// What came of refreshing a subscription event's object on a tie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refreshed {
+    /// Its object is the subscription as Stripe's API served it now.
+    Current,
+    /// The API could not give it: the event applies as delivered, and this
+    /// is why.
+    Failed(String),
 }
 
 /// A Stripe thin event (`object: "v2.core.event"`): its payload names what
@@ -135,6 +151,9 @@ pub struct Receiver {
     /// `WEBHOOKD_SOURCE_<NAME>_INVOICE_CREDITS=true`: a paid invoice also
     /// credits its owner by `amount_paid` (Stripe).
     pub invoice_credits: bool,
+    /// `WEBHOOKD_SOURCE_<NAME>_API_VERSION` (Stripe): the API version its
+    /// endpoint is pinned to; `None`: none expected.
+    pub api_version: Option<String>,
 }
 
 impl Event {
@@ -177,6 +196,19 @@ impl Event {
         Event { via, ..self }
     }
 
+    /// The connected account whose event it is (Stripe Connect's
+    /// `account`, a thin event's `context`); `None`: the platform's own.
+    pub fn account(&self) -> Option<&str> {
+        self.account
+            .as_deref()
+            .filter(|account| !account.is_empty())
+    }
+
+    /// The API version its object is rendered in (Stripe's `api_version`).
+    pub fn api_version(&self) -> Option<&str> {
+        self.api_version.as_deref()
+    }
+
     /// Why its source does not take it, when it does not: the reason it is
     /// recorded `rejected` with, without effects.
     pub fn refusal(&self) -> Option<&str> {
@@ -184,10 +216,34 @@ impl Event {
     }
 
     /// The same event, judged by `scope` (its mode and account): see
-    /// [`Event::refusal`].
+    /// [`Event::refusal`]. A refusal it carries already (an account sweep's,
+    /// [`Event::listed_for`]) stands.
     pub fn within(self, scope: &Scope) -> Self {
-        let refusal = scope.refusal(self.livemode, self.account.as_deref());
+        let refusal = self
+            .refusal
+            .or_else(|| scope.refusal(self.livemode, self.account.as_deref()));
         Event { refusal, ..self }
+    }
+
+    /// The event, as listed by a sweep of connected account `account`'s
+    /// events (with `Stripe-Account`): it is that account's. An event that
+    /// names another account is refused (the sweep skips it, recording
+    /// nothing): an answer for another account than the one asked is not
+    /// to be believed.
+    pub fn listed_for(self, account: &str) -> Self {
+        match self.account.as_deref() {
+            None => Event {
+                account: Some(account.to_owned()),
+                ..self
+            },
+            Some(own) if own == account => self,
+            Some(_) => Event {
+                refusal: Some(format!(
+                    "listed for connected account {account} but of another account"
+                )),
+                ..self
+            },
+        }
     }
 
     /// The same event, as received by `receiver` (a configured source).
@@ -254,6 +310,26 @@ impl Event {
         self
     }
 
+    /// The event, its object refreshed from Stripe's API on a tie (over
+    /// TLS, with our key): with `Ok(object)`, `object` is what applies (its
+    /// stored payload stays what was delivered); with `Err(reason)` it
+    /// applies as delivered, the reason noted.
+    pub fn refreshed(mut self, refreshed: Result<Value, String>) -> Self {
+        self.refreshed = Some(match refreshed {
+            Ok(object) => {
+                self.object = object;
+                Refreshed::Current
+            }
+            Err(reason) => Refreshed::Failed(reason),
+        });
+        self
+    }
+
+    /// Whether its object was refreshed on a tie, and how that went.
+    pub fn refresh(&self) -> Option<&Refreshed> {
+        self.refreshed.as_ref()
+    }
+
     /// The thin event, whose data could not be fetched for good (or not
     /// at all: no API key): it is recorded `rejected` with `reason`.
     pub fn not_fetched(mut self, reason: String) -> Self {
@@ -295,6 +371,11 @@ impl VerifiedEvent {
     /// [`Event::fetched`] of the verified event.
     pub fn fetched(self, object: Value) -> Self {
         VerifiedEvent(self.0.fetched(object), self.1)
+    }
+
+    /// [`Event::refreshed`] of the verified event.
+    pub fn refreshed(self, refreshed: Result<Value, String>) -> Self {
+        VerifiedEvent(self.0.refreshed(refreshed), self.1)
     }
 
     /// [`Event::not_fetched`] of the verified event.
@@ -406,9 +487,11 @@ impl Event {
             via: Via::Webhook,
             livemode: None,
             account: None,
+            api_version: None,
             refusal: None,
             receiver: None,
             thin: None,
+            refreshed: None,
         }
     }
 

@@ -34,7 +34,9 @@ pub(crate) use payload::{JsonBody, parse_object};
 pub(crate) use event::source_event;
 #[cfg(feature = "test-support")]
 pub use event::testing;
-pub use event::{Event, Fetched, Kind, Receiver, Related, Thin, VerifiedEvent, Via, is_own_id};
+pub use event::{
+    Event, Fetched, Kind, Receiver, Refreshed, Related, Thin, VerifiedEvent, Via, is_own_id,
+};
 use event::{delivered_id, verified};
 pub(crate) use keys::{HmacSha256, Keys};
 use received::Received;
@@ -164,6 +166,8 @@ pub struct Source {
     pub record_only: bool,
     pub owner: Option<Rule>,
     pub invoice_credits: bool,
+    /// The API version it expects ([`Receiver::api_version`]).
+    pub api_version: Option<String>,
 }
 
 impl Source {
@@ -179,6 +183,7 @@ impl Source {
             record_only: !scheme.is_payment(),
             owner: None,
             invoice_credits: false,
+            api_version: None,
         }
     }
 
@@ -188,6 +193,7 @@ impl Source {
             record_only: self.record_only,
             owner: self.owner.clone(),
             invoice_credits: self.invoice_credits,
+            api_version: self.api_version.clone(),
         }
     }
 }
@@ -260,6 +266,18 @@ impl Providers {
     /// that name is configured.
     pub fn receiver(&self, name: &str) -> Option<Arc<Receiver>> {
         self.maps.receivers.get(name).cloned()
+    }
+
+    /// The Stripe source whose events a sweep of connected account
+    /// `account` is judged as: the source `stripe` when it takes that
+    /// account's events, else the first named source that does; `None`
+    /// when none does.
+    pub fn taking_account(&self, account: &str) -> Option<&str> {
+        let mut names: Vec<&str> = self.maps.scopes.keys().map(String::as_str).collect();
+        names.sort_unstable_by_key(|name| (*name != stripe::PROVIDER, *name));
+        names
+            .into_iter()
+            .find(|name| self.scope(name).takes_account(account))
     }
 
     /// Mounted names, sorted.

@@ -32,6 +32,15 @@ impl Scope {
         accounts: None,
     };
 
+    /// Whether it takes connected account `account`'s events (of its mode).
+    pub fn takes_account(&self, account: &str) -> bool {
+        self.connect
+            && self
+                .accounts
+                .as_ref()
+                .is_none_or(|accounts| accounts.contains(account))
+    }
+
     /// Why an event of mode `livemode` from connected account `account`
     /// (none: the platform's own) is not this source's to apply; `None`
     /// when it is. The reason names the setting, never the event's values.
@@ -88,6 +97,22 @@ pub fn mode_name(livemode: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connect_source_takes_any_account_or_those_listed() {
+        assert!(!Scope::ANY.takes_account("acct_1"));
+        let any = Scope {
+            connect: true,
+            ..Scope::ANY
+        };
+        assert!(any.takes_account("acct_1"));
+        let listed = Scope {
+            accounts: Some(BTreeSet::from(["acct_2".to_owned()])),
+            ..any
+        };
+        assert!(!listed.takes_account("acct_1"));
+        assert!(listed.takes_account("acct_2"));
+    }
 
     #[test]
     fn a_source_refuses_the_other_mode_and_connected_accounts_it_was_not_given() {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{Event, Fetched, Related, Thin, VerifiedEvent, delivered_id, verified};
 use super::{
     HmacSha256, Keys, Kind, Scope, SignatureError, Verify, Via, check_tolerance, id_and_type,
-    is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
+    is_identifier, is_unix_time, lower_hex_32, parse_object, parse_timestamp, required_header,
 };
 use crate::secrets::Secrets;
 
@@ -152,12 +152,21 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
     };
     let thin = thin.then(|| thin_reference(&fields));
     let livemode = fields.get("livemode").and_then(Value::as_bool);
-    let account = match fields.get("account") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(account)) => Some(account.clone()),
+    let account = match (fields.get("account"), &thin) {
+        // A thin event's connected account is its context's.
+        (None | Some(Value::Null), Some(thin)) => thin.context.as_deref().and_then(context_account),
+        (None | Some(Value::Null), None) => None,
+        (Some(Value::String(account)), _) => Some(account.clone()),
         // Present, but no account any list could name.
-        Some(_) => Some(String::new()),
+        (Some(_), _) => Some(String::new()),
     };
+    // A version is a date and perhaps a release name (`2025-03-31.basil`);
+    // anything else is not one, and kept as none.
+    let api_version = fields
+        .get("api_version")
+        .and_then(Value::as_str)
+        .filter(|version| is_api_version(version))
+        .map(str::to_owned);
     let object = fields
         .get_mut("data")
         .and_then(|data| data.get_mut("object"))
@@ -175,6 +184,7 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
         object,
         livemode,
         account,
+        api_version,
         thin,
         ..Event::delivered(
             Arc::from(PROVIDER),
@@ -185,6 +195,33 @@ pub(crate) fn parse_event(body: &Bytes) -> Result<Event, SignatureError> {
             stored,
         )
     })
+}
+
+/// The connected account a thin event's `context` names: the context
+/// itself (`acct_…`), or its last part under an organisation
+/// (`org_…/acct_…`); `None` for the platform's own (an organisation's).
+fn context_account(context: &str) -> Option<String> {
+    let last = context.rsplit('/').next()?;
+    (last.starts_with("acct_") && is_identifier(last)).then(|| last.to_owned())
+}
+
+/// Whether `version` is shaped like a Stripe API version: a date
+/// (`2024-06-20`), perhaps followed by `.` and a release name.
+pub fn is_api_version(version: &str) -> bool {
+    let (date, name) = version.split_once('.').unwrap_or((version, "a"));
+    date.len() == 10
+        && date.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        })
+        && !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// A thin event's `context` and `related_object`, as far as they are
@@ -208,6 +245,59 @@ fn thin_reference(fields: &serde_json::Map<String, Value>) -> Thin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_version_is_a_date_and_perhaps_a_release_name() {
+        for version in ["2024-06-20", "2025-03-31.basil", "2025-09-30.clover"] {
+            assert!(is_api_version(version), "{version}");
+        }
+        for not in [
+            "",
+            "latest",
+            "2024-6-20",
+            "2024-06-20.",
+            "2024-06-20.Basil",
+            "2024_06_20",
+        ] {
+            assert!(!is_api_version(not), "{not}");
+        }
+    }
+
+    #[test]
+    fn a_thin_events_account_is_its_contexts_last_account() {
+        assert_eq!(context_account("acct_1"), Some("acct_1".to_owned()));
+        assert_eq!(context_account("org_1/acct_2"), Some("acct_2".to_owned()));
+        assert_eq!(context_account("org_1"), None);
+        assert_eq!(context_account("acct_1 x"), None);
+    }
+
+    #[test]
+    fn an_account_sweep_takes_an_unnamed_event_as_its_own_and_refuses_anothers() {
+        let event = |account: Option<&str>| {
+            let mut body = serde_json::json!({ "id": "evt_1", "type": "payment_intent.succeeded",
+                "created": 1, "data": { "object": {} } });
+            if let Some(account) = account {
+                body["account"] = account.into();
+            }
+            parse_event(&Bytes::from(body.to_string())).unwrap()
+        };
+        let unnamed = event(None).listed_for("acct_1");
+        assert_eq!(
+            (unnamed.account(), unnamed.refusal()),
+            (Some("acct_1"), None)
+        );
+        let own = event(Some("acct_1")).listed_for("acct_1");
+        assert_eq!((own.account(), own.refusal()), (Some("acct_1"), None));
+        let other = event(Some("acct_2")).listed_for("acct_1");
+        assert_eq!(other.account(), Some("acct_2"));
+        assert!(other.refusal().is_some());
+        // The scope cannot take the refusal back.
+        let scope = Scope {
+            connect: true,
+            ..Scope::ANY
+        };
+        assert!(other.within(&scope).refusal().is_some());
+    }
 
     #[test]
     fn header_with_several_v1_and_other_schemes_parses() {

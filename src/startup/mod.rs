@@ -27,8 +27,10 @@ use settings::connection_limits;
 pub use settings::{
     batch_settings, database_options, migrate, pool, problems, require_sessions, validate,
 };
-pub use sources::{providers_settings, registry, swept, swept_of};
-pub use workers::{RAZORPAY_RATE, drainer, razorpay_api, stripe_api, sweeper, thin_fetcher};
+pub use sources::{providers_settings, registry, swept, swept_account, swept_of};
+pub use workers::{
+    RAZORPAY_RATE, drainer, fetcher, razorpay_api, stripe_account_api, stripe_api, sweeper,
+};
 
 /// What the workers of this process (its drainer, its sweep) share with the
 /// API.
@@ -83,7 +85,7 @@ impl Application {
             ingestor: ingestor.clone(),
             pool,
             providers,
-            thin: workers::thin_fetcher(&settings.sweep.stripe)?,
+            fetcher: workers::fetcher(&settings.sweep.stripe)?,
             metrics,
             clock,
             shutdown: shutdown.clone(),

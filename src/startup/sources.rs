@@ -53,7 +53,31 @@ pub fn swept(sources: &Providers, provider: &str) -> Swept {
     Swept {
         scope: sources.scope(provider).clone(),
         receiver: sources.receiver(provider),
+        account: None,
     }
+}
+
+/// What a sweep of connected account `account`'s Stripe events recovers
+/// them as: the Stripe source that takes that account's events
+/// ([`Providers::taking_account`]); an error saying how to configure one
+/// when none does.
+pub fn swept_account(sources: &Providers, account: &str) -> anyhow::Result<Swept> {
+    anyhow::ensure!(
+        account.starts_with("acct_") && crate::providers::is_identifier(account),
+        "a connected account is an id such as acct_1A2b3C"
+    );
+    let Some(source) = sources.taking_account(account) else {
+        anyhow::bail!(
+            "no Stripe source takes connected account {account}'s events: set \
+             WEBHOOKD_SOURCE_STRIPE_CONNECT=true (or WEBHOOKD_SOURCE_<NAME>_CONNECT=true of a \
+             Connect endpoint's source), and list the account in \
+             WEBHOOKD_STRIPE_CONNECT_ACCOUNTS if that is set"
+        );
+    };
+    Ok(Swept {
+        account: Some(account.to_owned()),
+        ..swept(sources, source)
+    })
 }
 
 /// [`swept`] for a command outside `serve` (`webhookd sweep`, `import`):
@@ -125,6 +149,7 @@ fn sources(
                 record_only: source.effects == SourceEffects::Record,
                 owner: source.owner.clone(),
                 invoice_credits: source.invoice_credits,
+                api_version: source.api_version.clone(),
                 ..providers::Source::new(&source.name, scheme(source.scheme), Secrets::default())
             }
         })

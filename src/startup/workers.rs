@@ -11,6 +11,7 @@ use super::settings::set;
 use crate::api::{Api, Auth};
 use crate::clock::Clock;
 use crate::config::{self, RazorpayApiArgs, ServeSettings, StripeApiArgs};
+use crate::fetch::Fetcher;
 use crate::outbox::retry::RetryPolicy;
 use crate::outbox::{Drainer, DrainerSettings};
 use crate::providers::Providers;
@@ -18,7 +19,6 @@ use crate::sinks::Sink;
 use crate::sinks::http::HttpSink;
 use crate::sinks::log::LogSink;
 use crate::sweep::schedule::{Sweeper, Target};
-use crate::thin::Fetcher;
 
 /// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`
 /// is set (it then needs `WEBHOOKD_SINK_SECRET`), else the `log` sink.
@@ -82,6 +82,24 @@ pub fn sweeper(
             stripe_api(&sweep.stripe)?,
             crate::sweep::stripe::DEFAULT_WINDOW,
         ));
+        // Each connected account listed, swept on its own.
+        for account in sweep.stripe.scope()?.accounts.iter().flatten() {
+            let source = match super::swept_account(&sources, account) {
+                Ok(source) => source,
+                Err(error) => {
+                    tracing::warn!(%error, "a connected account is not swept");
+                    continue;
+                }
+            };
+            targets.push(Target {
+                source,
+                ..target(
+                    crate::providers::stripe::PROVIDER,
+                    stripe_account_api(&sweep.stripe, account)?,
+                    crate::sweep::stripe::DEFAULT_WINDOW,
+                )
+            });
+        }
     }
     let razorpay = &sweep.razorpay;
     let id_set = razorpay
@@ -108,7 +126,7 @@ pub fn sweeper(
         );
         return Ok(None);
     }
-    let providers: Vec<&str> = targets.iter().map(|t| t.provider).collect();
+    let providers: Vec<String> = targets.iter().map(Target::name).collect();
     tracing::info!(interval = ?sweep.sweep_interval, ?providers, "periodic sweep on");
     Ok(Some(Sweeper::new(
         pool,
@@ -145,16 +163,29 @@ pub fn razorpay_api(args: &RazorpayApiArgs) -> anyhow::Result<Api> {
 /// Requests a second to Razorpay's API.
 pub const RAZORPAY_RATE: u32 = 10;
 
-/// What fetches the data of Stripe's thin events, when `STRIPE_API_KEY` is
-/// set ([`crate::thin`]); without it, thin events are rejected saying so.
-pub fn thin_fetcher(args: &StripeApiArgs) -> anyhow::Result<Option<Arc<Fetcher>>> {
+/// What completes deliveries from Stripe's API before their transaction
+/// ([`crate::fetch`]: thin events' data, subscriptions on a tie), when
+/// `STRIPE_API_KEY` is set; without it, thin events are rejected saying
+/// so, and a refresh on ties is refused.
+pub fn fetcher(args: &StripeApiArgs) -> anyhow::Result<Option<Arc<Fetcher>>> {
+    let refresh = args.refresh_subscriptions_on_tie()?;
     let Some(key) = set(&args.stripe_api_key) else {
+        anyhow::ensure!(
+            !refresh,
+            "WEBHOOKD_STRIPE_REFRESH_ON_TIE=subscriptions reads Stripe's API: set STRIPE_API_KEY"
+        );
         return Ok(None);
     };
-    Ok(Some(Arc::new(Fetcher::new(
-        &args.stripe_api_base,
-        key.clone(),
-    )?)))
+    let fetcher = Fetcher::new(&args.stripe_api_base, key.clone(), refresh)?;
+    Ok(Some(Arc::new(fetcher)))
+}
+
+/// [`stripe_api`] reading connected account `account`'s objects (the
+/// `Stripe-Account` header).
+pub fn stripe_account_api(args: &StripeApiArgs, account: &str) -> anyhow::Result<Api> {
+    let value = reqwest::header::HeaderValue::from_str(account)
+        .map_err(|_| anyhow::anyhow!("a connected account is an id such as acct_1A2b3C"))?;
+    Ok(stripe_api(args)?.with_header("stripe-account", value))
 }
 
 /// Stripe's API, paced at `WEBHOOKD_SWEEP_RATE` requests a second.

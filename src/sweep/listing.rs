@@ -93,7 +93,7 @@ pub(crate) async fn sweep<P: EventsApi>(
     checkpoint: Option<&Checkpoint>,
 ) -> anyhow::Result<Summary> {
     let requests_before = api.requests;
-    let mut summary = Summary::new(P::PROVIDER, mode, (since, until));
+    let mut summary = Summary::new(P::PROVIDER, source.account.as_deref(), mode, (since, until));
     let mut slices = super::slices((since, until));
     while let Some((from, to)) = slices.pop() {
         let Some(mut listed) = list::<P>(api, (from, to), &mut summary).await? else {
@@ -130,7 +130,7 @@ pub(crate) async fn sweep<P: EventsApi>(
         }
         super::count_unseen(pool, P::PROVIDER, &unseen, &mut summary).await?;
         if let Some(checkpoint) = checkpoint {
-            checkpoint.advance(pool, P::PROVIDER, to).await?;
+            checkpoint.advance(pool, to).await?;
         }
     }
     summary.requests = api.requests - requests_before;

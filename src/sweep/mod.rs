@@ -40,11 +40,18 @@ pub struct Swept {
     pub scope: Scope,
     /// `None`: the scheme's defaults.
     pub receiver: Option<Arc<Receiver>>,
+    /// The connected account whose events are listed (Stripe Connect, the
+    /// `Stripe-Account` header); `None`: the platform's own.
+    pub account: Option<String>,
 }
 
 impl Swept {
     /// `event`, as this source takes it.
     pub(crate) fn judge(&self, event: Event) -> Event {
+        let event = match &self.account {
+            Some(account) => event.listed_for(account),
+            None => event,
+        };
         event.received_by(self.receiver.clone()).within(&self.scope)
     }
 }
@@ -64,6 +71,10 @@ pub enum Mode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
     pub provider: &'static str,
+    /// The connected account swept (Stripe Connect); absent: the
+    /// platform's own events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
     /// The window swept, in Unix seconds: `[since, until)`.
     pub since: i64,
     pub until: i64,
@@ -98,6 +109,9 @@ pub struct Summary {
 /// The periodic sweep's lease, renewed as each slice is applied.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
+    /// Its row in `sweeps`: the provider's, or a connected account's
+    /// ([`schedule::Target::name`]).
+    pub row: String,
     pub holder: String,
     pub lease: Duration,
 }
@@ -105,15 +119,11 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Everything before `to` is applied: advance, or stop when another
     /// process has taken the lease over.
-    pub(crate) async fn advance(
-        &self,
-        pool: &PgPool,
-        provider: &str,
-        to: i64,
-    ) -> anyhow::Result<()> {
+    pub(crate) async fn advance(&self, pool: &PgPool, to: i64) -> anyhow::Result<()> {
+        let row = &self.row;
         anyhow::ensure!(
-            store::advance(pool, provider, &self.holder, to, self.lease).await?,
-            "lost the {provider} sweep lease to another process; stopping"
+            store::advance(pool, row, &self.holder, to, self.lease).await?,
+            "lost the {row} sweep lease to another process; stopping"
         );
         Ok(())
     }
@@ -128,9 +138,15 @@ pub async fn floor(pool: &PgPool, provider: &str, since: i64) -> anyhow::Result<
 }
 
 impl Summary {
-    pub(crate) fn new(provider: &'static str, mode: Mode, (since, until): (i64, i64)) -> Self {
+    pub(crate) fn new(
+        provider: &'static str,
+        account: Option<&str>,
+        mode: Mode,
+        (since, until): (i64, i64),
+    ) -> Self {
         Summary {
             provider,
+            account: account.map(str::to_owned),
             since,
             until,
             dry_run: mode == Mode::DryRun,

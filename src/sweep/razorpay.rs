@@ -67,7 +67,7 @@ pub async fn sweep(
         mode != Mode::Import,
         "Razorpay lists payments, not events: use `webhookd import --provider razorpay --from-csv`"
     );
-    let mut summary = Summary::new(PROVIDER, mode, (since, until));
+    let mut summary = Summary::new(PROVIDER, None, mode, (since, until));
     let mut slices = super::slices((since, until));
     while let Some((from, to)) = slices.pop() {
         let listed = match list(api, "/v1/payments", (from, to), 0, &mut summary).await? {
@@ -97,7 +97,7 @@ pub async fn sweep(
         sweep.payments(payments).await?;
         sweep.refunds(refunds).await?;
         if let Some(checkpoint) = checkpoint {
-            checkpoint.advance(pool, PROVIDER, to).await?;
+            checkpoint.advance(pool, to).await?;
         }
     }
     summary.requests = api.requests - requests_before;

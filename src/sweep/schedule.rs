@@ -44,20 +44,33 @@ pub struct Counters {
     pub skipped: AtomicU64,
 }
 
-/// What the periodic sweeps of this process did, by provider, for `/metrics`.
+/// What the periodic sweeps of this process did, by target
+/// ([`Target::name`]), for `/metrics`.
 #[derive(Debug, Default)]
 pub struct SweepStats {
-    pub providers: Vec<(&'static str, Counters)>,
+    pub providers: Vec<(String, Counters)>,
 }
 
-/// One provider to sweep: its API, how far back to reach, and its
-/// built-in source (the events it takes, the others skipped; what it does
-/// with them).
+/// One provider (or one connected account of Stripe's) to sweep: its API,
+/// how far back to reach, and its source (the events it takes, the others
+/// skipped; what it does with them).
 pub struct Target {
     pub provider: &'static str,
     pub api: Api,
     pub window: Duration,
     pub source: super::Swept,
+}
+
+impl Target {
+    /// Its row in `sweeps` (its lease and checkpoint), and its name in
+    /// metrics: the provider's, or `stripe:acct_…` for a connected
+    /// account's events, each swept on its own.
+    pub fn name(&self) -> String {
+        match &self.source.account {
+            None => self.provider.to_owned(),
+            Some(account) => format!("{}:{account}", self.provider),
+        }
+    }
 }
 
 /// Sweeps each target every `interval`.
@@ -76,7 +89,7 @@ impl Sweeper {
         let stats = SweepStats {
             providers: targets
                 .iter()
-                .map(|t| (t.provider, Counters::default()))
+                .map(|t| (t.name(), Counters::default()))
                 .collect(),
         };
         Sweeper {
@@ -116,9 +129,9 @@ impl Sweeper {
                 .collect()
         };
         for (index, holder) in leases {
-            let provider = self.targets[index].provider;
-            if let Err(error) = store::release(&self.pool, provider, &holder).await {
-                tracing::warn!(provider, %error, "could not give the sweep lease back");
+            let target = self.targets[index].name();
+            if let Err(error) = store::release(&self.pool, &target, &holder).await {
+                tracing::warn!(%target, %error, "could not give the sweep lease back");
             }
         }
     }
@@ -139,41 +152,48 @@ impl Sweeper {
     }
 
     async fn run_target(&mut self, index: usize) {
-        let provider = self.targets[index].provider;
-        let Some(lease) = self.take_lease(provider).await else {
+        let target = self.targets[index].name();
+        let Some(lease) = self.take_lease(&target).await else {
             return;
         };
         self.hold(index, Some(lease.holder.clone()));
-        let swept = self.sweep(index, &lease).await;
-        let (succeeded, result) = count(&self.stats.providers[index].1, provider, &swept);
+        let swept = self.sweep(index, &target, &lease).await;
+        let (succeeded, result) = count(&self.stats.providers[index].1, &target, &swept);
         if let Ok(summary) = &swept
             && summary.recovered > 0
         {
             announce_gap(&self.pool, summary).await;
         }
         if let Err(error) =
-            store::finish(&self.pool, provider, &lease.holder, succeeded, &result).await
+            store::finish(&self.pool, &target, &lease.holder, succeeded, &result).await
         {
-            tracing::warn!(provider, %error, "cannot record the sweep's result");
+            tracing::warn!(%target, %error, "cannot record the sweep's result");
         }
         self.hold(index, None);
     }
 
-    /// The provider's sweep lease; `None` when another process is sweeping
+    /// The target's sweep lease; `None` when another process is sweeping
     /// it, or the lease cannot be taken (said in a warning).
-    async fn take_lease(&self, provider: &'static str) -> Option<store::Lease> {
-        match store::lease(&self.pool, provider, LEASE).await {
+    async fn take_lease(&self, target: &str) -> Option<store::Lease> {
+        match store::lease(&self.pool, target, LEASE).await {
             Ok(lease) => lease,
             Err(error) => {
-                tracing::warn!(provider, %error, "cannot take the sweep lease");
+                tracing::warn!(%target, %error, "cannot take the sweep lease");
                 None
             }
         }
     }
 
-    /// Sweeps target `index` over its [`window`], checkpointing under `lease`.
-    async fn sweep(&mut self, index: usize, lease: &store::Lease) -> anyhow::Result<Summary> {
+    /// Sweeps target `index` (named `name`) over its [`window`],
+    /// checkpointing under `lease`.
+    async fn sweep(
+        &mut self,
+        index: usize,
+        name: &str,
+        lease: &store::Lease,
+    ) -> anyhow::Result<Summary> {
         let checkpoint = Checkpoint {
+            row: name.to_owned(),
             holder: lease.holder.clone(),
             lease: LEASE,
         };
@@ -229,7 +249,7 @@ fn window(provider: &str, lease: &store::Lease, now: i64, window_start: i64) -> 
 /// the result `sweeps` records (a failure is also said in a warning).
 fn count(
     counters: &Counters,
-    provider: &'static str,
+    target: &str,
     swept: &anyhow::Result<Summary>,
 ) -> (bool, serde_json::Value) {
     match swept {
@@ -250,7 +270,7 @@ fn count(
             counters.runs_failed.fetch_add(1, Ordering::Relaxed);
             let error = format!("{error:#}");
             let error = telemetry::bounded_to(&error, telemetry::MAX_LOGGED_ERROR_BYTES);
-            tracing::warn!(provider, %error, "the sweep failed");
+            tracing::warn!(%target, %error, "the sweep failed");
             (false, json!({ "error": error }))
         }
     }
@@ -261,18 +281,26 @@ fn count(
 async fn announce_gap(pool: &PgPool, summary: &Summary) {
     tracing::warn!(
         provider = summary.provider,
+        account = summary.account.as_deref(),
         recovered = summary.recovered,
         "{} events were never delivered: check the endpoint",
         summary.recovered
     );
     let payload = json!({
         "provider": summary.provider,
+        "account": summary.account,
         "count": summary.recovered,
         "since": summary.since,
         "until": summary.until,
     });
-    if let Err(error) =
-        ingest::announce_delivery_gap(pool, summary.provider, summary.until, &payload).await
+    if let Err(error) = ingest::announce_delivery_gap(
+        pool,
+        summary.provider,
+        summary.account.as_deref(),
+        summary.until,
+        &payload,
+    )
+    .await
     {
         tracing::warn!(%error, "cannot write the delivery_gap outbox row");
     }

@@ -130,7 +130,7 @@ pub async fn replay(
     match ingest::replay_stored(
         &console.app.pool,
         &console.app.providers,
-        console.app.thin.as_deref(),
+        console.app.fetcher.as_deref(),
         &provider,
         &event_id,
     )

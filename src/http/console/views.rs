@@ -245,6 +245,8 @@ pub struct Live {
     pub sweeps: Option<Vec<SweepView>>,
     /// The last hour's and the last day's; `None` when unreadable.
     pub charts: Vec<Option<super::chart::Chart>>,
+    /// The Stripe API versions this process received, by source.
+    pub api_versions: Vec<crate::http::metrics::VersionCount>,
 }
 
 /// The events page's filter, as its form shows it.
@@ -310,6 +312,8 @@ impl From<crate::payments::Row> for PaymentView {
 pub struct EventPage {
     pub chrome: Chrome,
     pub stored: events::Preview,
+    /// The API version its source expects, when it names one.
+    pub expected_api_version: Option<String>,
     pub payload: super::shown::Json,
     pub detail: super::shown::Json,
     pub entries: Vec<EntryView>,

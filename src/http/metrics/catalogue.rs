@@ -5,7 +5,7 @@
 use metrics::{KeyName, Metadata, Recorder, SharedString};
 use metrics_exporter_prometheus::PrometheusRecorder;
 
-use super::{console, secrets};
+use super::{console, secrets, versions};
 
 pub(super) const REQUESTS: &str = "webhookd_http_requests_total";
 pub(super) const EVENTS: &str = "webhookd_events_total";
@@ -44,8 +44,9 @@ pub(super) const BATCH_SIZE_BUCKETS: [f64; 9] =
     [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
 /// The HELP text of every metric, by kind and name.
-pub(super) const COUNTERS: [(&str, &str); 14] = [
+pub(super) const COUNTERS: [(&str, &str); 15] = [
     (REQUESTS, "HTTP requests by matched route and status."),
+    (versions::API_VERSIONS, versions::API_VERSIONS_HELP),
     (console::THROTTLED, console::THROTTLED_HELP),
     (EVENTS, "Webhook deliveries by provider and outcome."),
     (secrets::MATCHED, secrets::MATCHED_HELP),

@@ -230,6 +230,11 @@ pub async fn event(
             SHOWN_JSON_BYTES,
         ),
         can_replay: stored.outcome != Outcome::Imported,
+        expected_api_version: console
+            .app
+            .providers
+            .receiver(stored.source_name())
+            .and_then(|receiver| receiver.api_version.clone()),
         stored,
         entries: entries.into_iter().map(Into::into).collect(),
         payments: payments.into_iter().map(Into::into).collect(),

@@ -91,6 +91,7 @@ async fn live(console: &Console) -> views::Live {
             hour.ok().map(|c| chart::draw("Last hour", &c, now, 60, 60)),
             day.ok().map(|c| chart::draw("Last day", &c, now, 96, 900)),
         ],
+        api_versions: metrics.api_versions(),
     }
 }
 
