@@ -21,6 +21,7 @@ mod pages;
 mod replay;
 mod search;
 mod throttle;
+mod versions;
 
 use reqwest::StatusCode;
 use sqlx::PgPool;

@@ -137,7 +137,7 @@ pub async fn route_app_with(
         ),
         pool: pooled.clone(),
         providers: Providers::from_settings(&providers).expect("the providers mount"),
-        thin: startup::thin_fetcher(&settings.sweep.stripe).expect("the thin fetcher"),
+        fetcher: startup::fetcher(&settings.sweep.stripe).expect("the fetcher"),
         clock,
         shutdown: shutdown.clone(),
         metrics,

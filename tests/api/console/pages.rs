@@ -119,7 +119,7 @@ async fn an_events_page_shows_its_payload_outcome_effects_outbox_and_story(pool:
     );
     // The story, as `webhookd explain` tells it.
     for line in [
-        "event stripe evt_credit (payment_intent.succeeded) received, signature verified, claimed: processed".to_owned(),
+        "event stripe evt_credit (payment_intent.succeeded, API version 2024-06-20) received, signature verified, claimed: processed".to_owned(),
         format!("ledger entry #{entry}: credit 2000 USD for wallet user_1/USD (natural key pi_1) by event evt_credit"),
         format!("outbox #{dead} wallet.credited written by event evt_credit"),
         format!("outbox #{dead} DEAD after 1 attempt(s): HTTP 503"),

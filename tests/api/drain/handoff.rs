@@ -198,6 +198,7 @@ async fn rows_handed_after_the_drainer_stopped_are_given_back_due_at_once(pool: 
             event_type: Some("payment_intent.succeeded"),
             payload: &payload,
             ordering_key: None,
+            account: None,
         };
         let ids = webhookd::outbox::enqueue(&mut tx, &[message])
             .await

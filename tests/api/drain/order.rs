@@ -44,6 +44,7 @@ async fn write_interleaved(pool: &PgPool) {
             event_type: None,
             payload: &payloads[i],
             ordering_key: Some(&keys[i]),
+            account: None,
         })
         .collect();
     let mut conn = pool.acquire().await.unwrap();

@@ -331,6 +331,7 @@ fn received_with(
         record_only: false,
         owner: Some(rule.parse().unwrap()),
         invoice_credits,
+        api_version: None,
     };
     Event::from_stored("stripe", event_id, event_type, Bytes::from(body))
         .unwrap()

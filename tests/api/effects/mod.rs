@@ -8,3 +8,4 @@ pub mod razorpay;
 pub mod scope;
 pub mod stripe;
 pub mod thin;
+pub mod ties;

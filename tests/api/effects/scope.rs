@@ -23,6 +23,9 @@ fn payment(event_id: &str, livemode: bool, account: Option<&str>, amount: i64) -
     event["livemode"] = livemode.into();
     if let Some(account) = account {
         event["account"] = account.into();
+        // Listed by the platform's sweep all the same: as if the API
+        // answered what it should not.
+        event["x_listed_under"] = Value::Null;
     }
     event
 }
@@ -263,10 +266,12 @@ async fn the_sweep_skips_events_of_the_other_mode_and_of_accounts_it_does_not_ta
         SweepCommand::Stripe(StripeSweepArgs {
             since: std::time::Duration::from_secs(3600),
             dry_run,
+            account: None,
             api: StripeApiArgs {
                 stripe_api_key: Some(api_key.into()),
                 stripe_api_base: fake.base_url(),
                 rate: 100,
+                stripe_refresh_on_tie: None,
                 scope: StripeScopeArgs::default(),
             },
         })

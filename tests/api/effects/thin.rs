@@ -10,11 +10,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use webhookd::clock::Clock;
+use webhookd::providers::stripe::signature_header;
 
 use crate::fakes::stripe::FakeStripe;
-use crate::helpers::{TestApp, payment_intent_succeeded, spawn_app_with};
+use crate::helpers::{TestApp, now, payment_intent_succeeded, spawn_app_with};
 
 const KEY: &str = "sk_test_thin_events";
+
+/// The signing secret of the source `thin`: a thin destination has its own.
+const THIN_SECRET: &str = "whsec_thin_destination";
 
 /// A thin event as an event destination sends it: no data, the object it
 /// is about in `related_object`.
@@ -49,12 +53,41 @@ async fn app(pool: PgPool, key: Option<&str>) -> (TestApp, FakeStripe) {
     let base = fake.base_url();
     let key = key.map(str::to_owned);
     let app = spawn_app_with(pool, Clock::System, |settings| {
+        let thin = webhookd::config::sources_from_env([
+            (
+                "WEBHOOKD_SOURCE_THIN_SCHEME".to_owned(),
+                "stripe".to_owned(),
+            ),
+            (
+                "WEBHOOKD_SOURCE_THIN_SECRET".to_owned(),
+                THIN_SECRET.to_owned(),
+            ),
+            // Connect: it takes connected accounts' events too.
+            ("WEBHOOKD_SOURCE_THIN_CONNECT".to_owned(), "true".to_owned()),
+        ])
+        .expect("the source is valid");
+        settings.sources.extend(thin);
         settings.sweep.stripe.stripe_api_key = key.map(Into::into);
         settings.sweep.stripe.stripe_api_base = base;
         settings.request_timeout = Duration::from_secs(2);
     })
     .await;
     (app, fake)
+}
+
+/// POSTs `body` to the thin destination's own endpoint, `/webhooks/thin`.
+async fn post_thin(app: &TestApp, body: &str) -> reqwest::Response {
+    let header = signature_header(THIN_SECRET, now(), body.as_bytes());
+    let headers = [("stripe-signature".to_owned(), header)];
+    app.post_to("thin", body.as_bytes().to_vec(), &headers)
+        .await
+}
+
+/// The `outcome` `response` answers, expecting 200.
+async fn outcome_of(response: reqwest::Response) -> String {
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.unwrap();
+    answer["outcome"].as_str().unwrap().to_owned()
 }
 
 /// How many credit entries payment `intent` has.
@@ -116,27 +149,41 @@ async fn a_payment_as_a_snapshot_and_as_a_thin_event_credits_once_in_any_order(p
             intent_ref(&id),
             None,
         );
-        match *order {
-            "snapshot first" => {
-                app.deliver(&snapshot, "processed").await;
-                app.deliver(&thin, "ignored").await;
-            }
+        // The snapshot on the endpoint `stripe`, the thin event on the
+        // thin destination's own.
+        let outcomes = match *order {
+            "snapshot first" => vec![
+                outcome_of(app.post_stripe(&snapshot).await).await,
+                outcome_of(post_thin(&app, &thin).await).await,
+            ],
             "thin first" => {
-                app.deliver(&thin, "processed").await;
-                app.deliver(&snapshot, "ignored").await;
+                let mut outcomes = vec![
+                    outcome_of(post_thin(&app, &thin).await).await,
+                    outcome_of(app.post_stripe(&snapshot).await).await,
+                ];
+                outcomes.reverse();
+                outcomes
             }
             _ => {
-                let (a, b) = tokio::join!(app.post_stripe(&snapshot), app.post_stripe(&thin));
-                let mut outcomes = Vec::new();
-                for response in [a, b] {
-                    assert_eq!(response.status(), 200, "{order}");
-                    let answer: Value = response.json().await.unwrap();
-                    outcomes.push(answer["outcome"].as_str().unwrap().to_owned());
-                }
+                let (a, b) = tokio::join!(app.post_stripe(&snapshot), post_thin(&app, &thin));
+                let mut outcomes = vec![outcome_of(a).await, outcome_of(b).await];
                 outcomes.sort();
-                assert_eq!(outcomes, ["ignored", "processed"], "{order}");
+                outcomes
             }
-        }
+        };
+        let expected = match *order {
+            "at once" => ["ignored", "processed"],
+            "thin first" => ["ignored", "processed"],
+            _ => ["processed", "ignored"],
+        };
+        assert_eq!(outcomes, expected, "{order}");
+        let source: Option<String> =
+            sqlx::query_scalar("select source from processed_events where event_id = $1")
+                .bind(format!("evt_thin_{n}"))
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+        assert_eq!(source.as_deref(), Some("thin"), "{order}");
         assert_eq!(credits_of(&app, &id).await, 1, "{order}");
     }
     assert_eq!(app.balance("user_2", "USD").await, Some(2100));
@@ -241,7 +288,17 @@ async fn thin_events_webhookd_does_not_apply_are_forwarded_with_the_fetched_even
             "livemode": false, "data": { "developer_message_summary": "one error" },
         }));
     }
-    app.deliver(&error_report, "ignored").await;
+    // A connected account's (its context), on the destination that takes them.
+    assert_eq!(
+        outcome_of(post_thin(&app, &error_report).await).await,
+        "ignored"
+    );
+    let account: Option<String> =
+        sqlx::query_scalar("select account from processed_events where event_id = 'evt_meter'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(account.as_deref(), Some("acct_9"));
     app.deliver(&ping, "ignored").await;
     let forwarded: Vec<(String, Value)> = sqlx::query_as(
         "select event_id, payload from outbox where topic = 'stripe.thin' order by event_id",
@@ -251,6 +308,7 @@ async fn thin_events_webhookd_does_not_apply_are_forwarded_with_the_fetched_even
     .unwrap();
     assert_eq!(forwarded.len(), 2);
     assert_eq!(forwarded[0].0, "evt_meter");
+    assert_eq!(forwarded[0].1["account"], "acct_9");
     assert_eq!(
         forwarded[0].1["data"]["developer_message_summary"],
         "one error"
@@ -287,7 +345,7 @@ async fn without_a_key_a_thin_event_is_rejected_and_a_replay_with_one_applies_it
     assert!(fake.retrievals().is_empty());
 
     // The key set: `webhookd events replay` fetches it and applies it.
-    let fetcher = webhookd::thin::Fetcher::new(&fake.base_url(), KEY.into()).unwrap();
+    let fetcher = webhookd::fetch::Fetcher::new(&fake.base_url(), KEY.into(), false).unwrap();
     let sources = webhookd::providers::Providers::default();
     let replayed =
         webhookd::ingest::replay_stored(&app.pool, &sources, Some(&fetcher), "stripe", "evt_later")

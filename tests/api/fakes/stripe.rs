@@ -1,7 +1,11 @@
 //! An in-process fake of Stripe's `GET /v1/events` (List all events), with
 //! hooks to inject failures and to hold a sweep half way; and of what a
 //! thin event is fetched from: a payment intent by id, a v2 event by id
-//! (`GET /v2/core/events/{id}`).
+//! (`GET /v2/core/events/{id}`); of a subscription by id, which a tie
+//! refreshes. A request with `Stripe-Account` lists that connected
+//! account's events (those whose `account` it is, or that are listed
+//! under it: `x_listed_under`, `null` for the platform's); one without,
+//! the platform's own.
 
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, header};
@@ -22,13 +26,14 @@ pub fn event(id: &str, event_type: &str, created: i64, object: Value) -> Value {
 
 /// One answered request: its path, its percent-decoded query pairs in the
 /// order sent, whether it carried `Authorization: Bearer <the key>`, its
-/// `Stripe-Context`, and its status.
+/// `Stripe-Context` and `Stripe-Account`, and its status.
 #[derive(Clone, Debug)]
 pub struct Request {
     pub path: String,
     pub query: Vec<(String, String)>,
     pub authorized: bool,
     pub context: Option<String>,
+    pub account: Option<String>,
     pub status: u16,
 }
 
@@ -52,6 +57,8 @@ pub struct Stripe {
     refunds: Vec<Value>,
     /// v2 events by id (`GET /v2/core/events/{id}`).
     v2_events: Vec<Value>,
+    /// Subscriptions by id (`GET /v1/subscriptions/{id}`).
+    subscriptions: Vec<Value>,
     /// What is served for an id instead of its object: another object, a
     /// body over any bound, anything.
     instead: Vec<(String, String)>,
@@ -68,6 +75,7 @@ impl FakeStripe {
             .route("/v1/payment_intents", get(list_payment_intents))
             .route("/v1/payment_intents/{id}", get(retrieve_payment_intent))
             .route("/v2/core/events/{id}", get(retrieve_v2_event))
+            .route("/v1/subscriptions/{id}", get(retrieve_subscription))
             .route("/v1/refunds", get(list_refunds));
         let stripe = Stripe {
             key: key.to_owned(),
@@ -91,6 +99,15 @@ impl FakeStripe {
     /// Adds a v2 event (`GET /v2/core/events/{id}`).
     pub fn add_v2_event(&self, event: Value) {
         self.modify(|s| s.v2_events.push(event));
+    }
+
+    /// Sets subscription `subscription` as `GET /v1/subscriptions/{id}`
+    /// serves it (replacing the one of its id).
+    pub fn set_subscription(&self, subscription: Value) {
+        self.modify(|s| {
+            s.subscriptions.retain(|o| o["id"] != subscription["id"]);
+            s.subscriptions.push(subscription);
+        });
     }
 
     /// Serves `body` (any text) when the object `id` is retrieved.
@@ -185,6 +202,23 @@ async fn retrieve_payment_intent(
     .await
 }
 
+async fn retrieve_subscription(
+    State(fake): State<Fake>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let path = format!("/v1/subscriptions/{id}");
+    retrieve(
+        &fake,
+        &headers,
+        path,
+        &id,
+        |s| &s.subscriptions,
+        "subscription",
+    )
+    .await
+}
+
 async fn retrieve_v2_event(
     State(fake): State<Fake>,
     headers: HeaderMap,
@@ -232,12 +266,23 @@ async fn list_events(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let query = parse_query(raw.as_deref().unwrap_or_default());
+    let account = headers.get("stripe-account").and_then(|v| v.to_str().ok());
+    // The platform's events, or the connected account's.
+    let listed = |s: &Stripe| -> Vec<Value> {
+        // `x_listed_under` (never in Stripe's own answers) lists an event
+        // under an account it does not name: a mistaken or hostile API.
+        let whose = |e: &&Value| match e.get("x_listed_under") {
+            Some(under) => under.as_str() == account,
+            None => e["account"].as_str() == account,
+        };
+        s.events.iter().filter(whose).cloned().collect()
+    };
     let serve = async {
-        if let Err(failure) = fake.read(|s| page(&query, &s.events)) {
+        if let Err(failure) = fake.read(|s| page(&query, &listed(s))) {
             return respond(failure);
         }
         fake.admit().await;
-        let page = fake.read(|s| page(&query, &s.events));
+        let page = fake.read(|s| page(&query, &listed(s)));
         page.map_or_else(respond, |page| Json(page).into_response())
     };
     answer(&fake, &headers, "/v1/events".into(), query.clone(), serve).await
@@ -259,12 +304,16 @@ async fn answer(
         None if !authorized => unauthorized(key),
         None => serve.await,
     };
-    let context = headers.get("stripe-context").and_then(|v| v.to_str().ok());
+    let header = |name: &str| {
+        let value = headers.get(name).and_then(|v| v.to_str().ok());
+        value.map(str::to_owned)
+    };
     fake.record(Request {
         path,
         query,
         authorized,
-        context: context.map(str::to_owned),
+        context: header("stripe-context"),
+        account: header("stripe-account"),
         status: response.status().as_u16(),
     });
     response

@@ -131,6 +131,7 @@ fn by_customer(event_id: &str, event_type: &str, object: Value) -> Event {
         record_only: false,
         owner: Some("metadata.user_id,customer".parse().unwrap()),
         invoice_credits: false,
+        api_version: None,
     };
     stripe(event_id, event_type, body).received_by(Some(Arc::new(receiver)))
 }

@@ -195,7 +195,7 @@ fn bare_state(pool: PgPool) -> AppState {
         ),
         pool,
         providers: Providers::default(),
-        thin: None,
+        fetcher: None,
         clock: Clock::System,
         shutdown: CancellationToken::new(),
         metrics: Default::default(),

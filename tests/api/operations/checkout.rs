@@ -181,7 +181,7 @@ async fn explain_tells_a_users_checkout_story_from_session_to_credit(pool: PgPoo
     let story = explain(&pool, "user_x").await;
     for expected in [
         format!(
-            "event stripe {session_id} (checkout.session.completed) received, signature verified, claimed: processed"
+            "event stripe {session_id} (checkout.session.completed, API version 2024-06-20) received, signature verified, claimed: processed"
         ),
         format!("owner of stripe payment pi_x learned: user user_x, by event {session_id}"),
         format!(
@@ -190,7 +190,7 @@ async fn explain_tells_a_users_checkout_story_from_session_to_credit(pool: PgPoo
         format!("credit 2500 USD for wallet user_x/USD (natural key pi_x) by event {session_id}"),
         format!("wallet.credited written by event {session_id}"),
         format!(
-            "event stripe {failed_id} (checkout.session.async_payment_failed) received, signature verified, claimed: processed"
+            "event stripe {failed_id} (checkout.session.async_payment_failed, API version 2024-06-20) received, signature verified, claimed: processed"
         ),
         format!("checkout.failed written by event {failed_id}"),
         format!("owner of stripe payment pi_failed learned: user user_x, by event {failed_id}"),

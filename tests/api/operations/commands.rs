@@ -365,8 +365,8 @@ async fn explain_tells_the_whole_story_of_a_payment(pool: PgPool) {
     assert!(cli::explain::run(&pool, "pi_1", &mut out).await.unwrap());
     let story = output(out);
     for expected in [
-        "event stripe evt_credit (payment_intent.succeeded) received, signature verified, claimed: processed",
-        "event stripe evt_refund (charge.refunded) received, signature verified, claimed: processed",
+        "event stripe evt_credit (payment_intent.succeeded, API version 2024-06-20) received, signature verified, claimed: processed",
+        "event stripe evt_refund (charge.refunded, API version 2024-06-20) received, signature verified, claimed: processed",
         "ledger entry #1: credit 900 USD for wallet user_1/USD (natural key pi_1) by event evt_credit",
         "refund -400 USD for wallet user_1/USD (natural key ch_1:400) by event evt_refund",
         "wallet.credited written by event evt_credit",

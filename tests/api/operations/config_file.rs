@@ -247,6 +247,7 @@ async fn events_replay_reads_the_sources_of_the_file(pool: PgPool) {
         record_only: false,
         owner: None,
         invoice_credits: false,
+        api_version: None,
     };
     let received = Event::from_stored(
         "stripe",

@@ -26,6 +26,7 @@ fn args(stripe_base: &str, razorpay_base: &str) -> ReconcileArgs {
             stripe_api_key: Some(STRIPE_KEY.into()),
             stripe_api_base: stripe_base.to_owned(),
             rate: 100,
+            stripe_refresh_on_tie: None,
             scope: Default::default(),
         },
         razorpay: RazorpayApiArgs {

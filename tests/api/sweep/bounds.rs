@@ -129,10 +129,12 @@ fn stripe_sweep(base: &str) -> SweepCommand {
     SweepCommand::Stripe(StripeSweepArgs {
         since: std::time::Duration::from_secs(2),
         dry_run: true,
+        account: None,
         api: StripeApiArgs {
             stripe_api_key: Some("sk_test_endless".into()),
             stripe_api_base: base.to_owned(),
             rate: 100,
+            stripe_refresh_on_tie: None,
             scope: Default::default(),
         },
     })

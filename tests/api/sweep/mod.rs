@@ -2,6 +2,7 @@
 //! fakes of those APIs (`crate::fakes`).
 
 pub mod bounds;
+pub mod connect;
 pub mod paypal;
 pub mod paypal_refusals;
 pub mod preemption;

@@ -298,6 +298,7 @@ async fn paypal_events_are_imported_without_effects_and_sweeps_start_after(pool:
             stripe_api_key: None,
             stripe_api_base: "https://api.stripe.com".into(),
             rate: 20,
+            stripe_refresh_on_tie: None,
             scope: Default::default(),
         },
         paypal: api_args(&fake, CLIENT_SECRET),

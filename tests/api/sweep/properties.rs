@@ -60,10 +60,12 @@ async fn sweep(app: &TestApp, fake: &FakeStripe) -> Value {
     let command = SweepCommand::Stripe(StripeSweepArgs {
         since: std::time::Duration::from_secs(3 * 3600),
         dry_run: false,
+        account: None,
         api: StripeApiArgs {
             stripe_api_key: Some(KEY.into()),
             stripe_api_base: fake.base_url(),
             rate: 100,
+            stripe_refresh_on_tie: None,
             scope: Default::default(),
         },
     });

@@ -279,6 +279,7 @@ async fn after_an_import_no_razorpay_sweep_credits_what_the_earlier_handler_appl
             stripe_api_key: None,
             stripe_api_base: "https://api.stripe.com".into(),
             rate: 20,
+            stripe_refresh_on_tie: None,
             scope: Default::default(),
         },
         paypal: crate::sweep::paypal::unset(),

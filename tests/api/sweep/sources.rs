@@ -34,6 +34,7 @@ async fn the_periodic_sweep_of_a_record_source_forwards_what_it_finds_and_moves_
         stripe_api_key: Some(KEY.into()),
         stripe_api_base: fake.base_url(),
         rate: 100,
+        stripe_refresh_on_tie: None,
         scope: Default::default(),
     };
     let mut sweeper = webhookd::startup::sweeper(&settings, app.pool.clone(), Clock::System)

@@ -36,6 +36,7 @@ fn api_args(fake: &FakeStripe, key: &str) -> StripeApiArgs {
         stripe_api_key: Some(key.into()),
         stripe_api_base: fake.base_url(),
         rate: 100,
+        stripe_refresh_on_tie: None,
         scope: Default::default(),
     }
 }
@@ -45,6 +46,7 @@ async fn sweep(app: &TestApp, fake: &FakeStripe, dry_run: bool) -> anyhow::Resul
     let command = SweepCommand::Stripe(StripeSweepArgs {
         since: std::time::Duration::from_secs(72 * 3600),
         dry_run,
+        account: None,
         api: api_args(fake, KEY),
     });
     let mut out = Vec::new();
@@ -315,6 +317,7 @@ async fn rate_limits_and_server_errors_are_retried_and_a_refused_key_stops_at_on
     let command = SweepCommand::Stripe(StripeSweepArgs {
         since: std::time::Duration::from_secs(3600),
         dry_run: false,
+        account: None,
         api: api_args(&fake, "rk_test_wrong"),
     });
     let error =
@@ -370,10 +373,12 @@ async fn a_sweep_stopped_half_way_and_run_again_applies_each_event_once(pool: Pg
             let command = SweepCommand::Stripe(StripeSweepArgs {
                 since: std::time::Duration::from_secs(3600),
                 dry_run: false,
+                account: None,
                 api: StripeApiArgs {
                     stripe_api_key: Some(KEY.into()),
                     stripe_api_base: base,
                     rate: 100,
+                    stripe_refresh_on_tie: None,
                     scope: Default::default(),
                 },
             });
