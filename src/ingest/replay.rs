@@ -90,6 +90,7 @@ pub async fn replay_stored(
     if receiver.is_none() && stored.source.is_some() {
         return Ok(Err(ReplayRefused::UnknownSource(source)));
     }
+    let account = stored.account;
     let event = match Event::from_stored_at(
         &stored.provider,
         &stored.event_id,
@@ -97,7 +98,13 @@ pub async fn replay_stored(
         stored.payload.into(),
         stored.provider_created_at.as_deref(),
     ) {
-        Ok(event) => event.received_by(receiver).within(sources.scope(&source)),
+        // An account sweep's event keeps the account it was listed for.
+        Ok(event) => match account.as_deref() {
+            Some(account) => event.listed_for(account),
+            None => event,
+        }
+        .received_by(receiver)
+        .within(sources.scope(&source)),
         Err(error) => return Ok(Err(ReplayRefused::Unreplayable(error.to_string()))),
     };
     let event = match fetcher {

@@ -61,6 +61,9 @@ pub fn problems(settings: &ServeSettings, database: &DatabaseSettings) -> Vec<St
         problems.push(format!("{error:#}"));
     }
     problems.extend(paypal_problems(settings));
+    if let Err(error) = super::workers::fetcher(&settings.sweep.stripe) {
+        problems.push(format!("{error:#}"));
+    }
     problems.extend(admin_problems(&settings.admin, settings.listen));
     let outbox = &settings.outbox;
     if settings.role.drains() {

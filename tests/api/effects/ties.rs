@@ -159,3 +159,34 @@ async fn a_refresh_that_fails_falls_back_to_the_later_arrival_and_says_so(pool: 
     );
     app.assert_consistent().await;
 }
+
+#[test]
+fn config_check_refuses_a_refresh_it_cannot_do() {
+    let database = webhookd::config::DatabaseSettings {
+        database_url: Some("postgres://localhost/webhookd".to_owned().into()),
+        db_pooler: webhookd::config::DbPooler::None,
+        direct_database_url: None,
+        db_max_connections: 4,
+        db_acquire_timeout: Duration::from_secs(1),
+        db_statement_timeout: Duration::from_secs(1),
+    };
+    let mut settings = webhookd::config::ServeSettings::default();
+    for (value, key, problem) in [
+        ("subscriptions", None, "set STRIPE_API_KEY"),
+        (
+            "always",
+            Some(KEY),
+            "WEBHOOKD_STRIPE_REFRESH_ON_TIE is subscriptions or off",
+        ),
+    ] {
+        settings.sweep.stripe.stripe_refresh_on_tie = Some(value.to_owned());
+        settings.sweep.stripe.stripe_api_key = key.map(Into::into);
+        let error = webhookd::startup::validate(&settings, &database)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(problem), "{error}");
+    }
+    settings.sweep.stripe.stripe_refresh_on_tie = Some("subscriptions".to_owned());
+    settings.sweep.stripe.stripe_api_key = Some(KEY.into());
+    webhookd::startup::validate(&settings, &database).unwrap();
+}
