@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod effects;
+pub mod erasure;
 pub mod events;
 pub mod fetch;
 pub mod http;

@@ -55,6 +55,7 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
                               else 'received' || coalesce(' at /webhooks/' || e.source, '')
                                    || ', signature verified' end,
                           e.outcome, e.detail)
+                   || coalesce(format(' (personal data erased at %s)', e.erased_at), '')
             from processed_events e join related using (provider, event_id)
             union all
             select w.created_at,

@@ -9,6 +9,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use super::config::ConfigCommand;
 use super::drill::DrillArgs;
+use super::erase::EraseCommand;
 use super::events::EventsCommand;
 use super::outbox::OutboxCommand;
 use super::prune::PruneArgs;
@@ -61,6 +62,10 @@ pub enum Command {
     /// Delete events and delivered outbox rows older than the retention, in
     /// short batches that never wait on ingest. Dead and deferred rows are kept.
     Prune(PruneArgs),
+    /// Remove a user's personal data from their events and outbox rows
+    /// (erasure on request); the ledger stays.
+    #[command(subcommand)]
+    Erase(EraseCommand),
     /// Sign a sample provider event and POST it to a running webhookd.
     Send(Box<SendArgs>),
     /// Load and correctness drill: N unique signed events (Stripe credits, or

@@ -63,6 +63,12 @@ pub async fn run(cli: Cli, layers: &Layers) -> anyhow::Result<()> {
             })
             .await
         }
+        Some(Command::Erase(command)) => {
+            with_pool(database, async |pool| {
+                super::erase::run(pool, &command, out).await
+            })
+            .await
+        }
         Some(Command::Prune(args)) => {
             with_pool(database, async |pool| {
                 super::prune::run(pool, &args, &Clock::System, out)

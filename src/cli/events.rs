@@ -111,6 +111,12 @@ async fn show(
         writeln!(out, "api_version: {}", id(version))?;
     }
     writeln!(out, "outcome:     {}", stored.outcome)?;
+    if let Some(at) = &stored.erased_at {
+        writeln!(
+            out,
+            "erased:      {at} (its personal data removed: webhookd erase)"
+        )?;
+    }
     let detail = stored.detail.to_string();
     writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;
     // The whole payload (it is what was asked for), escaped.

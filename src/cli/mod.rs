@@ -6,6 +6,7 @@ pub mod args;
 pub mod config;
 pub mod dispatch;
 pub mod drill;
+pub mod erase;
 pub mod events;
 pub mod explain;
 mod import_file;

@@ -66,13 +66,22 @@ impl Default for StripeApiArgs {
 
 impl StripeApiArgs {
     /// Whether a subscription event that ties with the stored state is
-    /// refreshed from the API (`WEBHOOKD_STRIPE_REFRESH_ON_TIE`).
+    /// refreshed from the API (`WEBHOOKD_STRIPE_REFRESH_ON_TIE`), which
+    /// needs `STRIPE_API_KEY`.
     pub fn refresh_subscriptions_on_tie(&self) -> anyhow::Result<bool> {
-        match self.stripe_refresh_on_tie.as_deref().map(str::trim) {
-            None | Some("" | "off") => Ok(false),
-            Some("subscriptions") => Ok(true),
+        use secrecy::ExposeSecret;
+        let on = match self.stripe_refresh_on_tie.as_deref().map(str::trim) {
+            None | Some("" | "off") => false,
+            Some("subscriptions") => true,
             Some(_) => anyhow::bail!("WEBHOOKD_STRIPE_REFRESH_ON_TIE is subscriptions or off"),
-        }
+        };
+        let keyed =
+            (self.stripe_api_key.as_ref()).is_some_and(|k| !k.expose_secret().trim().is_empty());
+        anyhow::ensure!(
+            !on || keyed,
+            "WEBHOOKD_STRIPE_REFRESH_ON_TIE=subscriptions reads Stripe's API: set STRIPE_API_KEY"
+        );
+        Ok(on)
     }
 
     /// The events the source `stripe` takes: its settings, and the mode of

@@ -10,6 +10,7 @@ use crate::db;
 use crate::providers::Event;
 
 mod browse;
+pub mod erase;
 mod import;
 mod outcome;
 mod stored;

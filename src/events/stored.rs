@@ -24,6 +24,8 @@ pub struct Stored {
     pub account: Option<String>,
     /// See [`Preview::api_version`].
     pub api_version: Option<String>,
+    /// See [`Preview::erased_at`].
+    pub erased_at: Option<String>,
 }
 
 impl Stored {
@@ -59,6 +61,7 @@ pub async fn find(
         source: whole.source,
         account: whole.account,
         api_version: whole.api_version,
+        erased_at: whole.erased_at,
     }))
 }
 
@@ -88,6 +91,9 @@ pub struct Preview {
     /// The API version its object was rendered in (Stripe's snapshot
     /// events).
     pub api_version: Option<String>,
+    /// When its personal data was erased (`webhookd erase`), to the
+    /// second; its payload is then a stub.
+    pub erased_at: Option<String>,
 }
 
 impl Preview {
@@ -111,7 +117,8 @@ pub async fn preview(
                left(payload::text, $3) as "payload_head!", octet_length(payload::text) as "payload_bytes!",
                provider_created_at as "provider_created_at: Timestamp",
                received_at as "received_at: Timestamp",
-               received_via, source, account, api_version
+               received_via, source, account, api_version,
+               erased_at as "erased_at: Timestamp"
         from processed_events
         where provider = $1 and event_id = $2
         "#,
@@ -134,6 +141,7 @@ pub async fn preview(
         source: row.source,
         account: row.account,
         api_version: row.api_version,
+        erased_at: row.erased_at.map(|at| at.to_string()),
     }))
 }
 

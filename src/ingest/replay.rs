@@ -47,6 +47,10 @@ pub enum ReplayRefused {
     Imported,
     #[error("the stored payload cannot be replayed: {0}")]
     Unreplayable(String),
+    /// Its personal data was erased: what it applied stays, but it has no
+    /// payload left to apply again.
+    #[error("its personal data was erased (webhookd erase): it has no payload to replay")]
+    Erased,
     /// A thin event whose data Stripe's API could not give now.
     #[error("{0}; try again")]
     NotFetched(String),
@@ -84,6 +88,9 @@ pub async fn replay_stored(
     };
     if stored.outcome == Outcome::Imported {
         return Ok(Err(ReplayRefused::Imported));
+    }
+    if stored.erased_at.is_some() {
+        return Ok(Err(ReplayRefused::Erased));
     }
     let source = stored.source_name().to_owned();
     let receiver = sources.receiver(&source);

@@ -141,6 +141,7 @@ pub async fn notify(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 
 // The console's reads and its bulk retry.
 pub mod browse;
+pub mod erase;
 
 // The drainer's statements: lease and record.
 mod drain;

@@ -61,7 +61,7 @@ pub fn problems(settings: &ServeSettings, database: &DatabaseSettings) -> Vec<St
         problems.push(format!("{error:#}"));
     }
     problems.extend(paypal_problems(settings));
-    if let Err(error) = super::workers::fetcher(&settings.sweep.stripe) {
+    if let Err(error) = settings.sweep.stripe.refresh_subscriptions_on_tie() {
         problems.push(format!("{error:#}"));
     }
     problems.extend(admin_problems(&settings.admin, settings.listen));

@@ -147,7 +147,7 @@ pub async fn retry_dead_matching(
         r#"
         update outbox
         set dead_at = null, requeued_attempts = attempts, available_at = now(), locked_until = null
-        where dead_at is not null and delivered_at is null
+        where dead_at is not null and delivered_at is null and erased_at is null
           and ($3::bigint is null or id = $3)
           and ($4::bigint is null or id <= $4)
           and ($5::text is null or dead_at <= $5::text::timestamptz)

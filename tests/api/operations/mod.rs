@@ -3,4 +3,5 @@
 pub mod checkout;
 pub mod commands;
 pub mod config_file;
+pub mod erase;
 pub mod reconcile_against;

@@ -229,7 +229,7 @@ pub async fn event(
             usize::try_from(stored.detail_bytes).unwrap_or(0),
             SHOWN_JSON_BYTES,
         ),
-        can_replay: stored.outcome != Outcome::Imported,
+        can_replay: stored.outcome != Outcome::Imported && stored.erased_at.is_none(),
         expected_api_version: console
             .app
             .providers
