@@ -399,6 +399,9 @@ pub struct StoredEvent {
     /// The source that received it, when not the one named as its
     /// provider (the `source` column).
     pub source: Option<String>,
+    /// The connected account whose event it is (the `account` column:
+    /// also an account sweep's, whose payload may not name it).
+    pub account: Option<String>,
 }
 
 /// Removes and returns the events waiting for `waits_for`, oldest event first.
@@ -415,7 +418,8 @@ pub async fn take_deferred(
             where provider = $1 and waits_for = $2
             returning provider, event_id
         )
-        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!", e.source
+        select e.provider, e.event_id, e.event_type, e.payload::text as "payload!", e.source,
+               e.account
         from taken join processed_events e using (provider, event_id)
         order by e.provider_created_at nulls first, e.event_id
         "#,
@@ -477,7 +481,7 @@ pub async fn take_owner_wait(
             returning provider, event_id, waits_for, created_at
         )
         select e.provider, e.event_id, e.event_type, e.payload::text as "payload!", e.source,
-               t.waits_for, t.created_at as "since: db::Timestamp"
+               e.account, t.waits_for, t.created_at as "since: db::Timestamp"
         from taken t join processed_events e using (provider, event_id)
         "#,
         provider,
@@ -492,6 +496,7 @@ pub async fn take_owner_wait(
             event_type: row.event_type,
             payload: row.payload,
             source: row.source,
+            account: row.account,
         },
         waits_for: row.waits_for,
         since: row.since,

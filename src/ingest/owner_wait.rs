@@ -63,7 +63,7 @@ async fn reject(conn: &mut sqlx::PgConnection, taken: &TakenWait) -> Result<(), 
         event_type: Some(&stored.event_type),
         payload: &payload,
         ordering_key: None,
-        account: None,
+        account: stored.account.as_deref(),
     };
     let outbox_id = outbox::enqueue_one(conn, message).await?;
     let detail = json!({

@@ -86,7 +86,13 @@ fn release_all<'a>(
                         &stored.event_type,
                         stored.payload.clone().into(),
                     );
-                    let waiting = waiting.ok()?.received_by(receiver.cloned());
+                    let waiting = match (waiting.ok()?, stored.account.as_deref()) {
+                        // An account sweep's event keeps the account it
+                        // was listed for.
+                        (waiting, Some(account)) => waiting.listed_for(account),
+                        (waiting, None) => waiting,
+                    };
+                    let waiting = waiting.received_by(receiver.cloned());
                     Some(effects::decode(waiting))
                 })
                 .collect();

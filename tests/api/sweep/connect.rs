@@ -325,3 +325,40 @@ async fn the_periodic_sweep_reads_each_listed_account_on_its_own(pool: PgPool) {
     assert!(gaps.iter().any(|id| id.starts_with("delivery_gap:acct_1:")));
     app.assert_consistent().await;
 }
+
+#[sqlx::test]
+async fn an_account_sweeps_event_released_later_keeps_its_account(pool: PgPool) {
+    // The sweep of acct_1 finds a refund whose credit has not arrived: it
+    // waits. Its payload names no account; the sweep knew whose it was.
+    let mut refund: Value = serde_json::from_str(&crate::helpers::charge(
+        "evt_refund_1",
+        "charge.refunded",
+        "ch_1",
+        "pi_r1",
+        500,
+        200,
+    ))
+    .unwrap();
+    refund["created"] = json!(now() - 600);
+    refund["x_listed_under"] = json!("acct_1");
+    let fake = FakeStripe::start(KEY, vec![refund]).await;
+    let app = app(pool, &fake).await;
+    let scope = api_args(&fake, None).scope;
+    let summary = sweep(&app, &fake, Some("acct_1"), scope).await.unwrap();
+    assert_eq!(summary["deferred"], 1, "{summary}");
+
+    // The credit arrives on the Connect endpoint and releases the refund.
+    let credit = connected("evt_credit_1", Some("acct_1"), "pi_r1", "user_1", 500).to_string();
+    app.deliver(&credit, "processed").await;
+    let (outcome, _) = app.event("evt_refund_1").await;
+    assert_eq!(outcome, "processed");
+    let debited: Option<String> = sqlx::query_scalar(
+        "select payload->>'account' from outbox where event_id = 'evt_refund_1' and topic = 'wallet.debited'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(debited.as_deref(), Some("acct_1"));
+    assert_eq!(app.balance("user_1", "USD").await, Some(300));
+    app.assert_consistent().await;
+}
