@@ -86,8 +86,10 @@ pub fn claim_key(provider: &str, event_id: &str) -> String {
 /// read by the same statement; when a claim had to wait (a copy of the
 /// event was in flight, and its transaction has ended since), the events
 /// are read again in a statement of their own, which sees what that copy
-/// committed. An event recorded by a transaction that takes no claim (an
-/// import) between this read and the end is found by [`record_claimed`].
+/// committed. Every other writer of `processed_events` (an import,
+/// webhookd's own events) claims first too ([`take_claims`]), so the read is
+/// exact whatever unique index the table has; [`record_claimed`] still
+/// checks what it wrote.
 /// The probes are read by `deferred_waiting`, with a snapshot taken after
 /// the locks: a deferral committed while the statement waited for them is
 /// seen.
@@ -239,6 +241,28 @@ fn stored_source(event: &Event) -> Option<&str> {
     event.source().filter(|source| *source != event.provider())
 }
 
+/// Takes the claims ([`claim_key`]) of `events` (`(provider, event_id)`)
+/// in the global order, waiting for any held, and records nothing: for a
+/// writer that records events without the engine (an import, webhookd's
+/// own events). Whether one is recorded must then be read by a statement
+/// of its own, which sees what a copy that held its claim committed. So
+/// every writer of `processed_events` claims first, and dedupe never rests
+/// on a unique index alone.
+async fn take_claims(conn: &mut PgConnection, events: &[(&str, &str)]) -> Result<(), sqlx::Error> {
+    let keys: Vec<String> = events.iter().map(|(p, e)| claim_key(p, e)).collect();
+    sqlx::query!(
+        r#"
+        select count(pg_advisory_xact_lock(hash)) as "taken!"
+        from (select distinct hashtextextended(key, 0) as hash
+              from unnest($1::text[]) as key order by hash) as sorted
+        "#,
+        &keys,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(())
+}
+
 /// Claims an event webhookd itself raises (a sweep's `webhookd.delivery_gap`),
 /// recorded as arriving by sweep. `false`: it was recorded already.
 pub async fn claim_own(
@@ -248,12 +272,14 @@ pub async fn claim_own(
     event_type: &str,
     payload: &Value,
 ) -> Result<bool, sqlx::Error> {
+    take_claims(&mut *conn, &[(provider, event_id)]).await?;
     let result = sqlx::query!(
         r#"
         insert into processed_events
             (provider, event_id, event_type, outcome, payload, received_via)
-        values ($1, $2, $3, 'pending', $4, 'sweep')
-        on conflict (provider, event_id) do nothing
+        select $1, $2, $3, 'pending', $4, 'sweep'
+        where not exists (select from processed_events where provider = $1 and event_id = $2)
+        on conflict do nothing
         "#,
         provider,
         event_id,
@@ -274,9 +300,10 @@ pub struct Recorded<'a> {
 }
 
 /// Writes the rows of claimed events, each with its outcome and `detail`,
-/// in one statement. Returns how many were written: fewer than given when
-/// another transaction recorded one of them since its claim (one that takes
-/// no claim: an import), and the caller must not commit.
+/// in one statement. Returns how many were written: fewer than given only
+/// if another transaction recorded one of them since its claim without
+/// claiming it (no writer of this module does), and the caller must not
+/// commit.
 pub async fn record_claimed(
     conn: &mut PgConnection,
     claimed: &[(&Claim<'_>, Outcome, &Value)],
@@ -308,7 +335,7 @@ pub async fn record_claimed(
                     $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[])
             as input (provider, event_id, event_type, outcome, detail, payload, created,
                       received_via, source, account, api_version)
-        on conflict (provider, event_id) do nothing
+        on conflict do nothing
         "#,
         &text(|c| c.event.provider()) as &[&str],
         &text(|c| c.event.event_id()) as &[&str],

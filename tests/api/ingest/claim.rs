@@ -1,6 +1,7 @@
 //! The claim: an advisory lock on the event's id, its row written once with
 //! its outcome at the end. A copy in flight and an event recorded by a
-//! transaction that takes no claim are both found, never applied twice.
+//! transaction that takes no claim are both found, never applied twice;
+//! an import and webhookd's own events claim too.
 
 use serde_json::Value;
 use sqlx::PgPool;
@@ -76,8 +77,8 @@ async fn a_delivery_whose_claim_waited_for_a_copy_that_committed_is_a_duplicate(
 #[sqlx::test]
 async fn an_event_recorded_without_a_claim_while_its_delivery_ran_is_a_duplicate(pool: PgPool) {
     let app = spawn_app(pool).await;
-    // Recorded by a transaction that takes no claim (as an import does),
-    // not committed yet: the delivery does not see it, applies its effect,
+    // Recorded by a transaction that takes no claim (no writer of webhookd's
+    // does: a hand-written insert, say), not committed yet: the delivery does not see it, applies its effect,
     // and then waits to write its row.
     let mut import = app.pool.begin().await.unwrap();
     record(&mut import, "evt_imported").await;
@@ -90,6 +91,42 @@ async fn an_event_recorded_without_a_claim_while_its_delivery_ran_is_a_duplicate
     // Its row is not written: it rolls back and runs again, a duplicate.
     tokio::join!(app.deliver(&body, "duplicate"), other);
     assert_left_to_the_other(&app, "evt_imported").await;
+}
+
+#[sqlx::test]
+async fn an_import_waits_for_a_copy_in_flight_and_finds_it_recorded(pool: PgPool) {
+    let app = spawn_app(pool).await;
+    // A delivery in flight: its claim held, its row not written yet.
+    let mut copy = app.pool.begin().await.unwrap();
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(events::claim_key("stripe", "evt_both_ways"))
+        .execute(&mut *copy)
+        .await
+        .unwrap();
+    let body = payment_intent_succeeded("evt_both_ways", "pi_both_ways", "user_1", 900);
+    let event = webhookd::providers::Event::from_stored(
+        "stripe",
+        "evt_both_ways",
+        "payment_intent.succeeded",
+        body.into(),
+    )
+    .unwrap();
+    let import = async {
+        let mut tx = app.pool.begin().await.unwrap();
+        let imported = events::import(&mut tx, &event).await.unwrap();
+        tx.commit().await.unwrap();
+        imported
+    };
+    let other = async {
+        // The import waits for the claim (without it, it would find no row
+        // and record the event as imported), then the copy records it.
+        until_waiting_on_locks(&app.pool, 1).await;
+        record(&mut copy, "evt_both_ways").await;
+        copy.commit().await.unwrap();
+    };
+    let (imported, ()) = tokio::join!(import, other);
+    assert!(!imported, "the copy recorded it first");
+    assert_left_to_the_other(&app, "evt_both_ways").await;
 }
 
 #[sqlx::test]
