@@ -41,6 +41,9 @@ pub struct Unavailable(String);
 /// An event [`Fetcher::complete`] completes: what it was given, as it was
 /// given (a delivery stays sealed as verified).
 pub trait Completed: Sized {
+    /// A delivery (a redelivery of a recorded thin event needs no data: it
+    /// is a duplicate), not a stored event (whose replay needs it).
+    const DELIVERY: bool;
     fn event(&self) -> &Event;
     fn fetched(self, object: Value) -> Self;
     fn not_fetched(self, reason: String) -> Self;
@@ -48,6 +51,7 @@ pub trait Completed: Sized {
 }
 
 impl Completed for Event {
+    const DELIVERY: bool = false;
     fn event(&self) -> &Event {
         self
     }
@@ -63,6 +67,7 @@ impl Completed for Event {
 }
 
 impl Completed for VerifiedEvent {
+    const DELIVERY: bool = true;
     fn event(&self) -> &Event {
         self
     }
@@ -104,7 +109,7 @@ impl Fetcher {
     /// yet bring is [`Unavailable`]. A delivery ([`VerifiedEvent`]) or a
     /// stored event (a replay's [`Event`]).
     pub async fn complete<E: Completed>(&self, pool: &PgPool, event: E) -> Result<E, Unavailable> {
-        let event = match thin::fetch(self, event.event()).await? {
+        let event = match thin::fetch(self, pool, event.event(), E::DELIVERY).await? {
             None => event,
             Some(Ok(object)) => event.fetched(object),
             Some(Err(reason)) => event.not_fetched(reason),

@@ -21,19 +21,35 @@
 use reqwest::header::HeaderValue;
 use serde_json::Value;
 
+use sqlx::PgPool;
+
 use super::{Fetcher, Unavailable};
 use crate::effects::stripe::applied_thin_type;
+use crate::events;
 use crate::providers::{Event, Fetched, is_identifier};
 
 /// What was fetched for `event`: `None` when it is no thin event waiting
-/// for its data, else its object or why it can never be had.
+/// for its data, or (a `delivery`) one recorded already: a redelivery,
+/// which its claim answers `duplicate` without its data. Else its object
+/// or why it can never be had.
 pub(super) async fn fetch(
     fetcher: &Fetcher,
+    pool: &PgPool,
     event: &Event,
+    delivery: bool,
 ) -> Result<Option<Result<Value, String>>, Unavailable> {
     let Some(thin) = event.thin().filter(|thin| thin.fetched == Fetched::Not) else {
         return Ok(None);
     };
+    if delivery {
+        let id = [event.event_id().to_owned()];
+        match events::recorded(pool, event.provider(), &id).await {
+            Ok(recorded) if !recorded.is_empty() => return Ok(None),
+            Ok(_) => {}
+            // Not known: fetch, as for a new event.
+            Err(error) => tracing::warn!(%error, "cannot read whether a thin event is recorded"),
+        }
+    }
     let refused = |reason: &str| Ok(Some(Err(reason.to_owned())));
     let context = match thin.context.as_deref().map(HeaderValue::from_str) {
         None => None,

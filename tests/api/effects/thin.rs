@@ -127,9 +127,10 @@ async fn a_thin_payment_intent_succeeded_credits_once_what_stripes_api_says(pool
             .unwrap();
     assert_eq!(payload["object"], "v2.core.event");
     assert_eq!(payload["data"]["object"]["id"], "pi_thin");
-    // A redelivery is a duplicate.
+    // A redelivery is a duplicate, and asks Stripe for nothing.
     app.deliver(&body, "duplicate").await;
     assert_eq!(app.balance("user_1", "USD").await, Some(1500));
+    assert_eq!(fake.retrievals().len(), 1);
     app.assert_consistent().await;
 }
 
