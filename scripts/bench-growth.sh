@@ -4,6 +4,8 @@
 # retained events (and their 5 million ledger entries) were added and the
 # tables analysed. Durability stays on. Uses DATABASE_URL's server when set
 # (a scratch database is created and dropped), else a throwaway local cluster.
+# Then the bytes each retained event takes, and what `webhookd prune` (the
+# row-by-row retention) takes to remove them and leaves behind.
 #
 #   scripts/bench-growth.sh [EVENTS_PER_RUN] [RETAINED]   (defaults 20000 5000000)
 set -euo pipefail
@@ -60,10 +62,30 @@ filled_in=$(( $(date +%s) - started ))
 log "drill with $retained retained events: $events unique events, concurrency 32"
 grown=$(drill)
 
-python3 - "$retained" "$filled_in" "$empty" "$grown" <<'PY'
+# What a retained event costs on disk, and what today's retention (row-by-row
+# deletes in batches) takes to remove the retained events and leaves behind.
+sizes() {
+    "$PG_BINDIR/psql" -qAt -F ' ' -d "$db_url" -c "select pg_relation_size('processed_events'),
+        pg_indexes_size('processed_events'), (select count(*) from processed_events),
+        (select n_dead_tup from pg_stat_user_tables where relname = 'processed_events')"
+}
+read -r heap_before index_before rows_before _ <<<"$(sizes)"
+log "pruning the retained events with webhookd prune (row by row, batches of 5000)"
+prune_started=$(date +%s%N)
+pruned=$(DATABASE_URL=$db_url "$binary" prune --older-than 30d)
+prune_ms=$(( ($(date +%s%N) - prune_started) / 1000000 ))
+"$PG_BINDIR/psql" -q -d "$db_url" -c "select pg_stat_force_next_flush()" >/dev/null 2>&1 || true
+sleep 1   # the statistics collector's counts of dead tuples
+read -r heap_after index_after rows_after dead_after <<<"$(sizes)"
+
+python3 - "$retained" "$filled_in" "$empty" "$grown" "$heap_before" "$index_before" "$rows_before" \
+    "$prune_ms" "$pruned" "$heap_after" "$index_after" "$rows_after" "$dead_after" <<'PY'
 import json, sys
 retained, filled_in = int(sys.argv[1]), int(sys.argv[2])
 empty, grown = json.loads(sys.argv[3]), json.loads(sys.argv[4])
+heap, index, rows = (int(v) for v in sys.argv[5:8])
+prune_secs, pruned = int(sys.argv[8]) / 1000, sys.argv[9]
+heap_after, index_after, rows_after, dead_after = (int(v or 0) for v in sys.argv[10:14])
 print("| tables | unique events/s | p50 ms | p99 ms | verified |")
 print("|---|---|---|---|---|")
 for name, d in (("empty", empty), (f"{retained:,} retained events", grown)):
@@ -72,5 +94,10 @@ for name, d in (("empty", empty), (f"{retained:,} retained events", grown)):
 ratio = grown["unique_events_per_sec"] / empty["unique_events_per_sec"]
 print()
 print(f"Ratio with {retained:,} retained events / empty: {ratio:.2f}x (rows added in {filled_in} s, then analysed).")
+print()
+print(f"processed_events: {rows:,} rows, heap {heap / rows:,.0f} + indexes {index / rows:,.0f} bytes per event.")
+print(f"webhookd prune: {pruned.strip()} in {prune_secs:.1f} s; left {rows_after:,} rows,"
+      f" {dead_after:,} dead tuples, heap {heap_after / 2**20:,.0f} MiB and indexes {index_after / 2**20:,.0f} MiB"
+      f" (before: {heap / 2**20:,.0f} and {index / 2**20:,.0f}): deleted rows are bloat until vacuumed.")
 sys.exit(0 if empty["passed"] and grown["passed"] else 1)
 PY
