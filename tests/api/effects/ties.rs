@@ -137,6 +137,34 @@ async fn with_the_refresh_a_tie_applies_the_apis_current_state_as_of_its_own_tim
 }
 
 #[sqlx::test]
+async fn a_connected_accounts_tie_is_refreshed_from_that_account(pool: PgPool) {
+    let fake = FakeStripe::start(KEY, vec![]).await;
+    let base = fake.base_url();
+    let app = spawn_app_with(pool, Clock::System, |settings| {
+        settings.sweep.stripe.stripe_api_key = Some(KEY.into());
+        settings.sweep.stripe.stripe_api_base = base;
+        settings.sweep.stripe.stripe_refresh_on_tie = Some("subscriptions".to_owned());
+        settings.sweep.stripe.scope.stripe_connect = Some("true".to_owned());
+    })
+    .await;
+    fake.set_subscription(current("active"));
+    let t = now() - 60;
+    let of_account = |body: String| {
+        let mut event: Value = serde_json::from_str(&body).unwrap();
+        event["account"] = "acct_1".into();
+        event.to_string()
+    };
+    let (active, past_due) = a_tie(t);
+    app.deliver(&of_account(active), "processed").await;
+    app.deliver(&of_account(past_due), "processed").await;
+    assert_eq!(stored(&app).await, ("active".to_owned(), t));
+    let retrieved = fake.retrievals();
+    assert_eq!(retrieved.len(), 1);
+    assert_eq!(retrieved[0].account.as_deref(), Some("acct_1"));
+    app.assert_consistent().await;
+}
+
+#[sqlx::test]
 async fn a_refresh_that_fails_falls_back_to_the_later_arrival_and_says_so(pool: PgPool) {
     let (app, fake) = app(pool, true).await;
     let t = now() - 60;
