@@ -4,8 +4,11 @@
 # retained events (and their 5 million ledger entries) were added and the
 # tables analysed. Durability stays on. Uses DATABASE_URL's server when set
 # (a scratch database is created and dropped), else a throwaway local cluster.
-# Then the bytes each retained event takes, and what `webhookd prune` (the
-# row-by-row retention) takes to remove them and leaves behind.
+# The retained events are two past months of them, half each. Then the
+# bytes each retained event takes, and retention both ways: one month's
+# events deleted row by row in batches (what `webhookd prune` did before
+# partitions, its statement kept here), the other month's partition
+# detached and dropped by `webhookd prune`, and what each leaves behind.
 #
 #   scripts/bench-growth.sh [EVENTS_PER_RUN] [RETAINED]   (defaults 20000 5000000)
 set -euo pipefail
@@ -36,8 +39,10 @@ started=$(date +%s)
 -- Rows shaped like the ones webhookd writes for a credit, older than any new one.
 insert into wallets (user_id, currency, balance_minor)
 select 'retained_' || u, 'USD', 0 from generate_series(0, 9999) u;
+-- Two past months, each a partition of its own, half the events in each.
+select processed_events_add_month('2023-11-01'), processed_events_add_month('2023-12-01');
 insert into processed_events
-    (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_at)
+    (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_at, month)
 select 'stripe', 'evt_retained_' || i, 'payment_intent.succeeded', 'processed',
        jsonb_build_object('entry_id', i, 'balance_minor', 150, 'outbox_id', i, 'applied_deferred', '[]'::jsonb),
        jsonb_build_object('id', 'evt_retained_' || i, 'object', 'event', 'type', 'payment_intent.succeeded',
@@ -46,11 +51,13 @@ select 'stripe', 'evt_retained_' || i, 'payment_intent.succeeded', 'processed',
                'id', 'pi_retained_' || i, 'object', 'payment_intent', 'amount', 150,
                'amount_received', 150, 'currency', 'usd', 'status', 'succeeded',
                'metadata', jsonb_build_object('user_id', 'retained_' || (i % 10000))))),
-       to_timestamp(1700000000 + i), to_timestamp(1700000000 + i)
-from generate_series(1, $retained) i;
+       at, at, month
+from generate_series(1, $retained) i,
+     lateral (select case i % 2 when 0 then date '2023-11-01' else date '2023-12-01' end as month) m,
+     lateral (select m.month + (i / 2 % 2500000) * interval '1 second' as at) t;
 insert into wallet_entries (user_id, currency, amount_minor, kind, provider, source_ref, event_id, created_at)
 select 'retained_' || (i % 10000), 'USD', 150, 'credit', 'stripe', 'pi_retained_' || i, 'evt_retained_' || i,
-       to_timestamp(1700000000 + i)
+       case i % 2 when 0 then date '2023-11-01' else date '2023-12-01' end + (i / 2 % 2500000) * interval '1 second'
 from generate_series(1, $retained) i;
 update wallets w set balance_minor = s.total
 from (select user_id, currency, sum(amount_minor)::bigint as total from wallet_entries group by 1, 2) s
@@ -62,30 +69,62 @@ filled_in=$(( $(date +%s) - started ))
 log "drill with $retained retained events: $events unique events, concurrency 32"
 grown=$(drill)
 
-# What a retained event costs on disk, and what today's retention (row-by-row
-# deletes in batches) takes to remove the retained events and leaves behind.
+# What a retained event costs on disk (every partition's heap and indexes),
+# then retention both ways.
 sizes() {
-    "$PG_BINDIR/psql" -qAt -F ' ' -d "$db_url" -c "select pg_relation_size('processed_events'),
-        pg_indexes_size('processed_events'), (select count(*) from processed_events),
-        (select n_dead_tup from pg_stat_user_tables where relname = 'processed_events')"
+    "$PG_BINDIR/psql" -qAt -F ' ' -d "$db_url" -c "select sum(pg_relation_size(relid)),
+        sum(pg_indexes_size(relid)), (select count(*) from processed_events),
+        (select coalesce(sum(n_dead_tup), 0) from pg_stat_user_tables where relname like 'processed_events%')
+        from pg_partition_tree('processed_events') where isleaf"
 }
 read -r heap_before index_before rows_before _ <<<"$(sizes)"
-log "pruning the retained events with webhookd prune (row by row, batches of 5000)"
+log "deleting November's events row by row (batches of 5000, a transaction each)"
+rows_started=$(date +%s%N)
+"$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$db_url" <<'SQL'
+create procedure bench_delete_rows(cutoff timestamptz) language plpgsql as $$
+declare deleted bigint;
+begin
+    loop
+        delete from processed_events
+        where (provider, event_id) in (
+            select provider, event_id from processed_events
+            where received_at < cutoff and outcome <> 'deferred'
+              and not exists (select 1 from wallet_entries w
+                              where w.provider = processed_events.provider
+                                and w.event_id = processed_events.event_id
+                                and w.created_at >= cutoff)
+            limit 5000
+            for update skip locked);
+        get diagnostics deleted = row_count;
+        commit;
+        exit when deleted < 5000;
+    end loop;
+end $$;
+call bench_delete_rows('2023-12-01');
+drop procedure bench_delete_rows;
+SQL
+rows_ms=$(( ($(date +%s%N) - rows_started) / 1000000 ))
+"$PG_BINDIR/psql" -q -d "$db_url" -c "select pg_stat_force_next_flush()" >/dev/null 2>&1 || true
+sleep 1   # the statistics collector's counts of dead tuples
+read -r _ _ rows_between dead_between <<<"$(sizes)"
+log "pruning the rest with webhookd prune (whole months)"
 prune_started=$(date +%s%N)
 pruned=$(DATABASE_URL=$db_url "$binary" prune --older-than 30d)
 prune_ms=$(( ($(date +%s%N) - prune_started) / 1000000 ))
 "$PG_BINDIR/psql" -q -d "$db_url" -c "select pg_stat_force_next_flush()" >/dev/null 2>&1 || true
-sleep 1   # the statistics collector's counts of dead tuples
+sleep 1
 read -r heap_after index_after rows_after dead_after <<<"$(sizes)"
 
 python3 - "$retained" "$filled_in" "$empty" "$grown" "$heap_before" "$index_before" "$rows_before" \
+    "$rows_ms" "$rows_between" "$dead_between" \
     "$prune_ms" "$pruned" "$heap_after" "$index_after" "$rows_after" "$dead_after" <<'PY'
 import json, sys
 retained, filled_in = int(sys.argv[1]), int(sys.argv[2])
 empty, grown = json.loads(sys.argv[3]), json.loads(sys.argv[4])
 heap, index, rows = (int(v) for v in sys.argv[5:8])
-prune_secs, pruned = int(sys.argv[8]) / 1000, sys.argv[9]
-heap_after, index_after, rows_after, dead_after = (int(v or 0) for v in sys.argv[10:14])
+rows_secs, rows_between, dead_between = int(sys.argv[8]) / 1000, int(sys.argv[9]), int(sys.argv[10] or 0)
+prune_secs, pruned = int(sys.argv[11]) / 1000, sys.argv[12]
+heap_after, index_after, rows_after, dead_after = (int(v or 0) for v in sys.argv[13:17])
 print("| tables | unique events/s | p50 ms | p99 ms | verified |")
 print("|---|---|---|---|---|")
 for name, d in (("empty", empty), (f"{retained:,} retained events", grown)):
@@ -96,8 +135,13 @@ print()
 print(f"Ratio with {retained:,} retained events / empty: {ratio:.2f}x (rows added in {filled_in} s, then analysed).")
 print()
 print(f"processed_events: {rows:,} rows, heap {heap / rows:,.0f} + indexes {index / rows:,.0f} bytes per event.")
-print(f"webhookd prune: {pruned.strip()} in {prune_secs:.1f} s; left {rows_after:,} rows,"
-      f" {dead_after:,} dead tuples, heap {heap_after / 2**20:,.0f} MiB and indexes {index_after / 2**20:,.0f} MiB"
-      f" (before: {heap / 2**20:,.0f} and {index / 2**20:,.0f}): deleted rows are bloat until vacuumed.")
+deleted = rows - rows_between
+print(f"Row by row (November, batches of 5000): {deleted:,} events deleted in {rows_secs:.1f} s,"
+      f" leaving {dead_between:,} dead tuples for vacuum.")
+print(f"webhookd prune (whole months) in {prune_secs:.2f} s, the whole command:")
+for line in pruned.strip().splitlines():
+    print(f"    {line}")
+print(f"It left {rows_after:,} rows, {dead_after:,} dead tuples, heap {heap_after / 2**20:,.0f} MiB and"
+      f" indexes {index_after / 2**20:,.0f} MiB (before: {heap / 2**20:,.0f} and {index / 2**20:,.0f}).")
 sys.exit(0 if empty["passed"] and grown["passed"] else 1)
 PY

@@ -52,3 +52,21 @@ impl Clock {
         }
     }
 }
+
+/// Runs `tick` at once and then every `period` until `shutdown` (a tick
+/// that overran delays the next one, never bunches them): the loop of a
+/// periodic task.
+pub async fn every<T: Future<Output = ()>>(
+    period: Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
+    mut tick: impl FnMut() -> T,
+) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => tick().await,
+        }
+    }
+}

@@ -56,6 +56,7 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
                                    || ', signature verified' end,
                           e.outcome, e.detail)
                    || coalesce(format(' (personal data erased at %s)', e.erased_at), '')
+                   || coalesce(format(' (payload expired at %s)', e.payload_expired_at), '')
             from processed_events e join related using (provider, event_id)
             union all
             select w.created_at,

@@ -59,8 +59,9 @@ pub enum Command {
     /// Check that every wallet balance equals the sum of its entries, and that
     /// every entry within the retention window has its event; exit 1 if not.
     Reconcile(Box<ReconcileArgs>),
-    /// Delete events and delivered outbox rows older than the retention, in
-    /// short batches that never wait on ingest. Dead and deferred rows are kept.
+    /// Drop the months of events past the retention (whole partitions),
+    /// expire payloads past theirs, delete delivered outbox rows in short
+    /// batches; ingest never waits. Dead and deferred rows are kept.
     Prune(PruneArgs),
     /// Remove a user's personal data from their events and outbox rows
     /// (erasure on request); the ledger stays.

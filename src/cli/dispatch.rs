@@ -97,7 +97,10 @@ async fn migrate(database: &DatabaseSettings) -> anyhow::Result<()> {
     startup::migrate(database)
         .await
         .context("migrations failed")?;
-    tracing::info!("migrations applied");
+    let created = crate::events::partitions::ensure(&pool, None)
+        .await
+        .context("could not create the months ahead of the event partitions")?;
+    tracing::info!(?created, "migrations applied, event partitions ready");
     Ok(())
 }
 

@@ -117,6 +117,12 @@ async fn show(
             "erased:      {at} (its personal data removed: webhookd erase)"
         )?;
     }
+    if let Some(at) = &stored.payload_expired_at {
+        writeln!(
+            out,
+            "expired:     {at} (its payload past WEBHOOKD_PAYLOAD_RETENTION_DAYS)"
+        )?;
+    }
     let detail = stored.detail.to_string();
     writeln!(out, "detail:      {}", shown(&detail, MAX_SHOWN_TEXT_BYTES))?;
     // The whole payload (it is what was asked for), escaped.

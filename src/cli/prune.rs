@@ -1,5 +1,7 @@
-//! `webhookd prune`: retention in short batches. Each batch is its own
-//! statement and skips rows other transactions hold, so ingest never waits.
+//! `webhookd prune`: retention. Events go a month at a time (their
+//! partition detached and dropped whole, `events::partitions`); payloads
+//! older than their own retention become stubs; delivered outbox rows go in
+//! short batches that skip rows other transactions hold. Ingest never waits.
 
 use std::io::Write;
 use std::time::Duration;
@@ -19,20 +21,36 @@ pub struct PruneArgs {
     /// sooner only with a matching WEBHOOKD_RETENTION_DAYS.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub older_than: Option<Duration>,
-    /// Rows deleted per statement.
+    /// Rows changed per statement (delivered outbox rows deleted, payloads
+    /// expired).
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub batch: i64,
+    /// How long stored event payloads are kept, in days; past it they
+    /// become a stub naming the event (its key, outcome and times stay for
+    /// the retention). Defaults to the retention.
+    #[arg(long, env = "WEBHOOKD_PAYLOAD_RETENTION_DAYS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub payload_retention_days: Option<u32>,
     #[command(flatten)]
     pub retention: RetentionArgs,
 }
 
-/// Rows deleted: `(events, outbox rows)`.
+/// What a prune did.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// Events dropped with their month's partition.
+    pub events: u64,
+    /// Delivered outbox rows deleted.
+    pub outbox_rows: u64,
+    /// Payloads replaced by a stub.
+    pub payloads: u64,
+}
+
 pub async fn run(
     pool: &PgPool,
     args: &PruneArgs,
     clock: &Clock,
     out: &mut impl Write,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<Pruned> {
     let age = args.older_than.unwrap_or_else(|| args.retention.window());
     if age < args.retention.window() {
         writeln!(
@@ -41,23 +59,44 @@ pub async fn run(
         )?;
     }
     #[allow(clippy::cast_precision_loss)]
-    let cutoff = clock.now() as f64 - age.as_secs_f64();
-    let pruned = (
-        in_batches(args.batch, async |batch| {
-            events::prune_batch(pool, cutoff, batch).await
-        })
-        .await?,
-        in_batches(args.batch, async |batch| {
-            store::prune_delivered_batch(pool, cutoff, batch).await
-        })
-        .await?,
-    );
+    let now = clock.now() as f64;
+    let cutoff = now - age.as_secs_f64();
+    let retirement = events::partitions::retire(pool, cutoff, clock.pinned()).await?;
+    let mut pruned = Pruned::default();
+    for retired in &retirement.retired {
+        pruned.events += retired.events;
+        writeln!(
+            out,
+            "dropped partition {}: {} events{}",
+            retired.partition,
+            retired.events,
+            if retired.moved > 0 {
+                format!(" ({} kept, moved to the current month)", retired.moved)
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    for (partition, why) in &retirement.left {
+        writeln!(out, "kept partition {partition}: {why}")?;
+    }
+    let payload_age = args
+        .payload_retention_days
+        .map_or(age, |days| Duration::from_secs(u64::from(days) * 86_400));
+    pruned.payloads =
+        events::expire_payloads(pool, now - payload_age.as_secs_f64(), args.batch).await?;
+    pruned.outbox_rows = in_batches(args.batch, async |batch| {
+        store::prune_delivered_batch(pool, cutoff, batch).await
+    })
+    .await?;
     writeln!(
         out,
-        "pruned {} events and {} delivered outbox rows older than {}",
-        pruned.0,
-        pruned.1,
-        humantime::format_duration(age)
+        "pruned {} events and {} delivered outbox rows older than {}; {} payloads older than {} expired",
+        pruned.events,
+        pruned.outbox_rows,
+        humantime::format_duration(age),
+        pruned.payloads,
+        humantime::format_duration(payload_age),
     )?;
     Ok(pruned)
 }

@@ -11,8 +11,10 @@ use crate::providers::Event;
 
 mod browse;
 pub mod erase;
+mod expiry;
 mod import;
 mod outcome;
+pub mod partitions;
 mod stored;
 mod waiting;
 
@@ -20,9 +22,10 @@ pub use browse::{
     Cursor, Deferred, Filter, PrefixCounts, Row, counts_by_outcome, counts_with_prefix, deferred,
     deferred_depth, owner_waits, page,
 };
+pub use expiry::expire_payloads;
 pub use import::{ImportRow, NO_PAYLOAD, import, import_rows, recorded};
 pub use outcome::{Outcome, UnknownOutcome};
-pub use stored::{Preview, Stored, find, preview, prune_batch};
+pub use stored::{Preview, Stored, find, preview};
 pub use waiting::{defer, defer_many, knowing_nothing_waits, waiting, waiting_any};
 
 /// An event to claim, with the payload to store for it.
@@ -354,7 +357,9 @@ pub async fn record_claimed(
     Ok(result.rows_affected())
 }
 
-/// Records the outcomes of recorded events, in one statement.
+/// Records the outcomes of recorded events, in one statement. Their rows
+/// move to the current month's partition: what is applied now is kept for
+/// the retention from now ([`partitions`]).
 pub async fn record_outcomes(
     conn: &mut PgConnection,
     outcomes: &[Recorded<'_>],
@@ -368,7 +373,9 @@ pub async fn record_outcomes(
     let details: Vec<Value> = outcomes.iter().map(|o| o.detail.clone()).collect();
     sqlx::query!(
         r#"
-        update processed_events e set outcome = input.outcome, detail = input.detail
+        update processed_events e set outcome = input.outcome, detail = input.detail,
+            -- recorded now: kept for the retention from now (events::partitions)
+            month = greatest(e.month, (date_trunc('month', now() at time zone 'UTC'))::date)
         from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])
             as input (provider, event_id, outcome, detail)
         where e.provider = input.provider and e.event_id = input.event_id

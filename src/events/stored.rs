@@ -1,4 +1,4 @@
-//! Reading and pruning the recorded events.
+//! Reading the recorded events.
 
 use super::Outcome;
 use crate::db::{self, Timestamp};
@@ -26,6 +26,8 @@ pub struct Stored {
     pub api_version: Option<String>,
     /// See [`Preview::erased_at`].
     pub erased_at: Option<String>,
+    /// See [`Preview::payload_expired_at`].
+    pub payload_expired_at: Option<String>,
 }
 
 impl Stored {
@@ -62,6 +64,7 @@ pub async fn find(
         account: whole.account,
         api_version: whole.api_version,
         erased_at: whole.erased_at,
+        payload_expired_at: whole.payload_expired_at,
     }))
 }
 
@@ -94,6 +97,9 @@ pub struct Preview {
     /// When its personal data was erased (`webhookd erase`), to the
     /// second; its payload is then a stub.
     pub erased_at: Option<String>,
+    /// When its payload was replaced by a stub, past the payload retention
+    /// (`WEBHOOKD_PAYLOAD_RETENTION_DAYS`), to the second.
+    pub payload_expired_at: Option<String>,
 }
 
 impl Preview {
@@ -118,7 +124,8 @@ pub async fn preview(
                provider_created_at as "provider_created_at: Timestamp",
                received_at as "received_at: Timestamp",
                received_via, source, account, api_version,
-               erased_at as "erased_at: Timestamp"
+               erased_at as "erased_at: Timestamp",
+               payload_expired_at as "payload_expired_at: Timestamp"
         from processed_events
         where provider = $1 and event_id = $2
         "#,
@@ -142,32 +149,6 @@ pub async fn preview(
         account: row.account,
         api_version: row.api_version,
         erased_at: row.erased_at.map(|at| at.to_string()),
+        payload_expired_at: row.payload_expired_at.map(|at| at.to_string()),
     }))
-}
-
-/// Deletes up to `batch` events received before `cutoff` (Unix seconds),
-/// skipping rows other transactions hold, so it never waits on ingest.
-/// Deferred events are kept (they still wait for their dependency), and so
-/// are events whose ledger entry is newer than the cutoff (applied late), so
-/// that `reconcile` finds every young entry's event.
-pub async fn prune_batch(pool: &PgPool, cutoff: f64, batch: i64) -> Result<u64, sqlx::Error> {
-    let query = sqlx::query!(
-        r#"
-        delete from processed_events
-        where (provider, event_id) in (
-            select provider, event_id from processed_events
-            where received_at < to_timestamp($1::float8) and outcome <> 'deferred'
-              -- an event applied late (deferred) keeps its row as long as its entry is young
-              and not exists (select 1 from wallet_entries w
-                              where w.provider = processed_events.provider
-                                and w.event_id = processed_events.event_id
-                                and w.created_at >= to_timestamp($1::float8))
-            limit $2
-            for update skip locked
-        )
-        "#,
-        cutoff,
-        batch,
-    );
-    db::write_alone(pool, query).await
 }

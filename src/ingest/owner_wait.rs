@@ -112,17 +112,12 @@ fn unowned(taken: &TakenWait) -> Value {
 
 /// Expires owners' waits every minute until `shutdown`.
 pub async fn run(pool: PgPool, clock: Clock, wait: Duration, shutdown: CancellationToken) {
-    let mut ticks = tokio::time::interval(EVERY);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    crate::clock::every(EVERY, &shutdown, || async {
         match expire(&pool, clock.now(), wait).await {
             Ok(0) => {}
             Ok(expired) => tracing::warn!(expired, "payments rejected: no owner came in time"),
             Err(error) => tracing::warn!(error = %error, "could not expire owners' waits"),
         }
-    }
+    })
+    .await;
 }

@@ -51,6 +51,10 @@ pub enum ReplayRefused {
     /// payload left to apply again.
     #[error("its personal data was erased (webhookd erase): it has no payload to replay")]
     Erased,
+    /// Its payload was older than the payload retention
+    /// (`WEBHOOKD_PAYLOAD_RETENTION_DAYS`) and is a stub now.
+    #[error("its payload expired (WEBHOOKD_PAYLOAD_RETENTION_DAYS): it has no payload to replay")]
+    Expired,
     /// A thin event whose data Stripe's API could not give now.
     #[error("{0}; try again")]
     NotFetched(String),
@@ -91,6 +95,9 @@ pub async fn replay_stored(
     }
     if stored.erased_at.is_some() {
         return Ok(Err(ReplayRefused::Erased));
+    }
+    if stored.payload_expired_at.is_some() {
+        return Ok(Err(ReplayRefused::Expired));
     }
     let source = stored.source_name().to_owned();
     let receiver = sources.receiver(&source);

@@ -245,6 +245,13 @@ pub async fn serve(
         ..Workers::default()
     };
     let mut handed = None;
+    // Every process that ingests makes sure of the months ahead, at once
+    // and then every hour.
+    tasks.spawn(crate::events::partitions::run(
+        pool.clone(),
+        Clock::System,
+        shutdown.clone(),
+    ));
     if settings.role.drains() {
         let listen = db::session_pool(&options)?;
         if listen.is_none() {

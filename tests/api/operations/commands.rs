@@ -4,14 +4,11 @@
 use std::process::Command;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::cli;
 use webhookd::cli::args::RetentionArgs;
 use webhookd::cli::drill::DrillArgs;
 use webhookd::cli::events::EventsCommand;
-use webhookd::cli::prune::PruneArgs;
 use webhookd::cli::send::SendArgs;
 use webhookd::cli::send::paypal::{DEFAULT_CERT_URL, PaypalSendArgs};
 use webhookd::clock::Clock;
@@ -20,7 +17,7 @@ use webhookd::secrets::Secrets;
 use webhookd::sinks::Sink;
 use webhookd::sinks::log::LogSink;
 
-use crate::helpers::{SECRET, TestApp, charge, invoice_paid, payment_intent_succeeded, spawn_app};
+use crate::helpers::{SECRET, charge, payment_intent_succeeded, spawn_app};
 
 const RETENTION: RetentionArgs = RetentionArgs { retention_days: 30 };
 
@@ -99,139 +96,6 @@ async fn reconcile_flags_entries_whose_event_is_missing(pool: PgPool) {
             .unwrap()
     );
     assert!(output(out).contains("ORPHAN entry"));
-}
-
-async fn age(pool: &PgPool, sql: &str) {
-    sqlx::query(sql).execute(pool).await.unwrap();
-}
-
-#[sqlx::test]
-async fn prune_removes_only_rows_past_the_cutoff_while_ingest_goes_on(pool: PgPool) {
-    let app = spawn_app(pool.clone()).await;
-    // Old history: 300 applied events with delivered outbox rows, a deferred
-    // refund, a dead row and an invoice announcement, all 40 days old.
-    for n in 0..300 {
-        let body = payment_intent_succeeded(
-            &format!("evt_old_{n}"),
-            &format!("pi_old_{n}"),
-            "user_old",
-            10,
-        );
-        app.deliver(&body, "processed").await;
-    }
-    app.deliver_each(&[
-        (
-            &charge(
-                "evt_waiting",
-                "charge.refunded",
-                "ch_x",
-                "pi_never",
-                100,
-                100,
-            ),
-            "deferred",
-        ),
-        (&invoice_paid("evt_invoice", "in_1"), "processed"),
-    ])
-    .await;
-    age(
-        &pool,
-        "update processed_events set received_at = now() - interval '40 days'",
-    )
-    .await;
-    age(
-        &pool,
-        "update wallet_entries set created_at = now() - interval '40 days'",
-    )
-    .await;
-    age(
-        &pool,
-        "update outbox set delivered_at = now() - interval '40 days'",
-    )
-    .await;
-    age(&pool, "update outbox set delivered_at = null, dead_at = now() - interval '40 days' where event_id = 'evt_old_0'").await;
-
-    // Prune in small batches while new deliveries arrive, and while another
-    // transaction holds one old event's row: prune skips it, never waits.
-    let mut holder = pool.begin().await.unwrap();
-    sqlx::query("select 1 from processed_events where event_id = 'evt_old_1' for update")
-        .execute(&mut *holder)
-        .await
-        .unwrap();
-    let args = PruneArgs {
-        older_than: None,
-        batch: 25,
-        retention: RETENTION,
-    };
-    let deliveries = join_all((0..40).map(|n| {
-        let app: &TestApp = &app;
-        async move {
-            let body = payment_intent_succeeded(
-                &format!("evt_new_{n}"),
-                &format!("pi_new_{n}"),
-                "user_new",
-                5,
-            );
-            app.post_stripe(&body).await.status()
-        }
-    }));
-    let mut out = Vec::new();
-    let prune = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        cli::prune::run(&pool, &args, &Clock::System, &mut out),
-    );
-    let (statuses, pruned) = tokio::join!(deliveries, prune);
-    let pruned = pruned.expect("prune never waits on a held row");
-    holder.rollback().await.unwrap();
-    assert!(
-        statuses.iter().all(|s| *s == StatusCode::OK),
-        "{statuses:?}"
-    );
-    let (events, outbox_rows) = pruned.unwrap();
-    assert_eq!(
-        events, 300,
-        "299 old events and the invoice; the deferred and the held one are kept"
-    );
-    assert_eq!(
-        outbox_rows, 300,
-        "delivered rows, invoice.paid among them; the dead row is kept"
-    );
-
-    let kept: Vec<String> = sqlx::query_scalar(
-        "select event_id from processed_events where event_id not like 'evt_new_%' order by event_id",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    assert_eq!(kept, ["evt_old_1", "evt_waiting"]);
-    assert_eq!(
-        sqlx::query_scalar::<_, i64>(
-            "select count(*) from processed_events where event_id like 'evt_new_%'"
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap(),
-        40
-    );
-    let outbox_kept: Vec<String> = sqlx::query_scalar(
-        "select topic || ':' || event_id from outbox where event_id not like 'evt_new_%' order by id",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    assert_eq!(outbox_kept, ["wallet.credited:evt_old_0"]);
-    // The invoice's natural key outlives its pruned event and outbox row: a
-    // late copy under a new event id is still no second announcement.
-    let announced: String =
-        sqlx::query_scalar("select event_id from invoices where invoice_id = 'in_1'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(announced, "evt_invoice");
-    app.deliver(&invoice_paid("evt_invoice_again", "in_1"), "ignored")
-        .await;
-    // Balances never depended on the event rows.
-    assert_eq!(app.balance("user_old", "USD").await, Some(3000));
 }
 
 #[sqlx::test]
@@ -457,47 +321,6 @@ async fn healthcheck_succeeds_only_against_a_live_server(pool: PgPool) {
         cli::healthcheck("http://127.0.0.1:1/healthz", &mut Vec::new())
             .await
             .is_err()
-    );
-}
-
-#[sqlx::test]
-async fn prune_keeps_an_old_event_whose_entry_is_young(pool: PgPool) {
-    let app = spawn_app(pool.clone()).await;
-    // A refund received 40 days ago but applied (its entry written) today.
-    app.deliver_each(&[
-        (
-            &charge("evt_late", "charge.refunded", "ch_1", "pi_1", 500, 500),
-            "deferred",
-        ),
-        (
-            &payment_intent_succeeded("evt_credit", "pi_1", "user_1", 500),
-            "processed",
-        ),
-    ])
-    .await;
-    age(
-        &pool,
-        "update processed_events set received_at = now() - interval '40 days'",
-    )
-    .await;
-    age(&pool, "update wallet_entries set created_at = now() - interval '40 days' where event_id = 'evt_credit'").await;
-
-    let args = PruneArgs {
-        older_than: None,
-        batch: 10,
-        retention: RETENTION,
-    };
-    let (events, _) = cli::prune::run(&pool, &args, &Clock::System, &mut Vec::new())
-        .await
-        .unwrap();
-    assert_eq!(events, 1, "only the credit's event, whose entry is old too");
-    let mut out = Vec::new();
-    assert!(
-        cli::reconcile::run(&pool, &RETENTION, &mut out)
-            .await
-            .unwrap(),
-        "{}",
-        output(out)
     );
 }
 

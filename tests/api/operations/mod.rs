@@ -4,4 +4,5 @@ pub mod checkout;
 pub mod commands;
 pub mod config_file;
 pub mod erase;
+pub mod partitions;
 pub mod reconcile_against;

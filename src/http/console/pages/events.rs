@@ -229,7 +229,9 @@ pub async fn event(
             usize::try_from(stored.detail_bytes).unwrap_or(0),
             SHOWN_JSON_BYTES,
         ),
-        can_replay: stored.outcome != Outcome::Imported && stored.erased_at.is_none(),
+        can_replay: stored.outcome != Outcome::Imported
+            && stored.erased_at.is_none()
+            && stored.payload_expired_at.is_none(),
         expected_api_version: console
             .app
             .providers
