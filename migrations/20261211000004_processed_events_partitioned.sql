@@ -40,30 +40,32 @@ create index processed_events_received_via on processed_events (received_via, re
 alter table processed_events attach partition processed_events_legacy
     for values from (minvalue) to ('1970-01-02');
 
--- Creates the partition of the month that begins on `first` unless a
--- partition covers it already (its own, or one another tool made);
--- `true`: it did. An empty table made like the parent and attached:
--- attaching takes SHARE UPDATE EXCLUSIVE on the parent, which ingest's
--- inserts never wait for (CREATE TABLE ... PARTITION OF would take ACCESS
--- EXCLUSIVE). Called by webhookd at start-up and every hour
--- (events::partitions), with a lock timeout.
-create function processed_events_add_month(first date) returns boolean
+-- Creates the partition of `parent` (a table partitioned by range of a
+-- `month` date) for the month that begins on `first`, `{parent}_YYYY_MM`,
+-- unless a partition covers that month already (its own, or one another
+-- tool made); `true`: it did. An empty table made like the parent and
+-- attached: attaching takes SHARE UPDATE EXCLUSIVE on the parent, which
+-- writers' inserts never wait for (CREATE TABLE ... PARTITION OF would take
+-- ACCESS EXCLUSIVE). Called by webhookd at start-up and every hour
+-- (db::partitions), with a lock timeout.
+create function add_month_partition(parent regclass, first date) returns boolean
     language plpgsql volatile
 as $$
 declare
-    partition text := format('processed_events_%s', to_char(first, 'YYYY_MM'));
+    partition text := format('%s_%s', (select relname from pg_class where oid = parent),
+                             to_char(first, 'YYYY_MM'));
 begin
     if first <> date_trunc('month', first)::date then
         raise exception 'a month begins on its first day, not on %', first;
     end if;
-    if exists (select from pg_partition_tree('processed_events') t
-               where t.level = 1 and t.relid = to_regclass(partition)) then
+    if exists (select from pg_partition_tree(parent) t
+               where t.level = 1 and t.relid = to_regclass(quote_ident(partition))) then
         return false;
     end if;
-    execute format('create table %I (like processed_events including defaults including constraints)',
-                   partition);
-    execute format('alter table processed_events attach partition %I for values from (%L) to (%L)',
-                   partition, first, (first + interval '1 month')::date);
+    execute format('create table %I (like %s including defaults including constraints)',
+                   partition, parent);
+    execute format('alter table %s attach partition %I for values from (%L) to (%L)',
+                   parent, partition, first, (first + interval '1 month')::date);
     return true;
 exception
     -- another partition covers the month (42P17), or a table of that name
@@ -73,5 +75,6 @@ exception
 end
 $$;
 
-select processed_events_add_month((date_trunc('month', now() at time zone 'UTC') + make_interval(months => n))::date)
+select add_month_partition('processed_events',
+                           (date_trunc('month', now() at time zone 'UTC') + make_interval(months => n))::date)
 from generate_series(0, 2) as n;

@@ -40,7 +40,7 @@ started=$(date +%s)
 insert into wallets (user_id, currency, balance_minor)
 select 'retained_' || u, 'USD', 0 from generate_series(0, 9999) u;
 -- Two past months, each a partition of its own, half the events in each.
-select processed_events_add_month('2023-11-01'), processed_events_add_month('2023-12-01');
+select add_month_partition('processed_events', '2023-11-01'), add_month_partition('processed_events', '2023-12-01');
 insert into processed_events
     (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_at, month)
 select 'stripe', 'evt_retained_' || i, 'payment_intent.succeeded', 'processed',

@@ -217,8 +217,13 @@ SQL
     # everything else; each table is written by one statement, in event order.
     { printf '%s\n' "$settings"; cat <<SQL
 \warn ==> processed_events
+-- Each event in its month's partition, as webhookd writes them: the 30 days
+-- span this month's and the one or two before it.
+select add_month_partition('processed_events', (date_trunc('month', t_end at time zone 'UTC') - make_interval(months => n))::date)
+from console_load.conf, generate_series(1, 2) as n;
 insert into processed_events
-    (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_at, received_via)
+    (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_at, received_via,
+     month)
 select e.p, e.evt, e.event_type, e.outcome,
        case e.kind
            when 'credit' then jsonb_build_object('entry_id', e.i, 'balance_minor', console_load.amt(e.i),
@@ -333,7 +338,7 @@ select e.p, e.evt, e.event_type, e.outcome,
                        'final_capture', true,
                        'supplementary_data', jsonb_build_object('related_ids',
                            jsonb_build_object('order_id', console_load.ord(e.p, e.pj)))) end) end,
-       e.at - interval '1500 milliseconds', e.at, e.via
+       e.at - interval '1500 milliseconds', e.at, e.via, (date_trunc('month', e.at at time zone 'UTC'))::date
 from console_load.ev e;
 
 \warn ==> deferred_events

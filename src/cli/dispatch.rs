@@ -97,10 +97,10 @@ async fn migrate(database: &DatabaseSettings) -> anyhow::Result<()> {
     startup::migrate(database)
         .await
         .context("migrations failed")?;
-    let created = crate::events::partitions::ensure(&pool, None)
+    let created = startup::ensure_partitions(&pool)
         .await
-        .context("could not create the months ahead of the event partitions")?;
-    tracing::info!(?created, "migrations applied, event partitions ready");
+        .context("could not create the months ahead of the partitioned tables")?;
+    tracing::info!(?created, "migrations applied, partitions ready");
     Ok(())
 }
 

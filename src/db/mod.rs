@@ -15,6 +15,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub mod detection;
 mod failure;
+pub mod partitions;
 mod timestamp;
 
 pub use failure::{Failure, Poison, classify, is_connection_failure, statement_of_another_session};

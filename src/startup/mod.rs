@@ -29,7 +29,8 @@ pub use settings::{
 };
 pub use sources::{providers_settings, registry, swept, swept_account, swept_of};
 pub use workers::{
-    RAZORPAY_RATE, drainer, fetcher, razorpay_api, stripe_account_api, stripe_api, sweeper,
+    RAZORPAY_RATE, drainer, ensure_partitions, fetcher, razorpay_api, stripe_account_api,
+    stripe_api, sweeper,
 };
 
 /// What the workers of this process (its drainer, its sweep) share with the
@@ -247,11 +248,7 @@ pub async fn serve(
     let mut handed = None;
     // Every process that ingests makes sure of the months ahead, at once
     // and then every hour.
-    tasks.spawn(crate::events::partitions::run(
-        pool.clone(),
-        Clock::System,
-        shutdown.clone(),
-    ));
+    tasks.spawn(workers::partitions(pool.clone(), shutdown.clone()));
     if settings.role.drains() {
         let listen = db::session_pool(&options)?;
         if listen.is_none() {

@@ -201,3 +201,30 @@ pub fn stripe_api(args: &StripeApiArgs) -> anyhow::Result<Api> {
         crate::sweep::stripe::UNAUTHORIZED_HINT,
     )
 }
+
+/// The tables partitioned by month (`db::partitions`), each by its owner.
+const PARTITIONED: &[&str] = &[crate::events::partitions::TABLE];
+
+/// Makes sure every partitioned table has its months ahead; the names of
+/// the partitions created.
+pub async fn ensure_partitions(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    let mut created = Vec::new();
+    for table in PARTITIONED {
+        created.extend(crate::db::partitions::ensure(pool, table, None).await?);
+    }
+    Ok(created)
+}
+
+/// Every process makes sure of the months ahead, at start and every hour,
+/// until `shutdown`.
+pub async fn partitions(pool: PgPool, shutdown: tokio_util::sync::CancellationToken) {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+    crate::clock::every(EVERY, &shutdown, || async {
+        match ensure_partitions(&pool).await {
+            Ok(created) if created.is_empty() => {}
+            Ok(created) => tracing::info!(?created, "partitions created ahead"),
+            Err(error) => tracing::warn!(error = %error, "could not create partitions ahead"),
+        }
+    })
+    .await;
+}

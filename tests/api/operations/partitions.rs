@@ -15,7 +15,8 @@ use webhookd::cli::args::RetentionArgs;
 use webhookd::cli::prune::{PruneArgs, Pruned};
 use webhookd::clock::Clock;
 use webhookd::db::MIGRATOR;
-use webhookd::events::{self, partitions};
+use webhookd::db::partitions;
+use webhookd::events::{self, partitions::TABLE};
 use webhookd::ingest::{ReplayRefused, replay_stored};
 use webhookd::providers::Providers;
 
@@ -62,7 +63,9 @@ async fn months_ago(pool: &PgPool, months: i32, day: i32, time: &str) -> i64 {
 /// of `at` (Unix seconds), as received then.
 async fn received_at(pool: &PgPool, condition: &str, at: i64) {
     #[allow(clippy::cast_precision_loss)]
-    partitions::ensure(pool, Some(at as f64)).await.unwrap();
+    partitions::ensure(pool, TABLE, Some(at as f64))
+        .await
+        .unwrap();
     // The condition comes from the tests themselves, never from input.
     sqlx::query(&format!(
         "update processed_events set received_at = to_timestamp($1),
@@ -113,13 +116,15 @@ async fn the_months_ahead_exist_and_making_sure_again_changes_nothing(pool: PgPo
     .await
     .unwrap();
     #[allow(clippy::cast_precision_loss)]
-    let again = partitions::ensure(&pool, Some(now as f64)).await.unwrap();
+    let again = partitions::ensure(&pool, TABLE, Some(now as f64))
+        .await
+        .unwrap();
     assert!(again.is_empty(), "the migration made them: {again:?}");
     let made = partitions_of(&pool).await;
     assert!(made.contains(&current), "{made:?}");
     assert_eq!(made.len(), 4, "legacy, this month and 2 ahead: {made:?}");
     // A clock a year on: its month and the two after it are made.
-    let later = partitions::ensure(&pool, Some(now as f64 + 365.0 * 86_400.0))
+    let later = partitions::ensure(&pool, TABLE, Some(now as f64 + 365.0 * 86_400.0))
         .await
         .unwrap();
     assert_eq!(later.len(), 3, "{later:?}");

@@ -1,0 +1,179 @@
+//! Monthly partitions, whatever the table: a table partitioned by range of
+//! a `month` date column (the first day, UTC, of its rows' month) has a
+//! partition a month, `{table}_YYYY_MM`, created ahead ([`ensure`]) and,
+//! once past the retention, detached without blocking writers and dropped
+//! ([`past`], [`detach`], [`drop_detached`]). What a partition keeps, and
+//! where those rows go before it is dropped, is its owner's to say: this
+//! module writes no row.
+
+use sqlx::{PgConnection, PgPool};
+
+/// How many months after the current one have their partition: the next
+/// month's exists a month ahead.
+pub const MONTHS_AHEAD: i32 = 2;
+
+/// How long creating or dropping a partition waits for a lock before it
+/// gives up until the next time: writers never queue behind it for long.
+const LOCK_TIMEOUT: &str = "set local lock_timeout = '5s'";
+
+/// The key (`month`) of the month of `now` (Unix seconds; `None`: the
+/// database's now), as SQL over parameter `$n`.
+pub fn current_month(n: u8) -> String {
+    format!(
+        "(date_trunc('month', coalesce(to_timestamp(${n}::float8), now()) at time zone 'UTC'))::date"
+    )
+}
+
+/// Creates the partitions of `table` for the month of `now` (Unix seconds;
+/// `None`: the database's now) and the [`MONTHS_AHEAD`] after it that are
+/// missing (`add_month_partition`: an empty table attached, which never
+/// waits for writers); returns the names of those it created.
+pub async fn ensure(
+    pool: &PgPool,
+    table: &'static str,
+    now: Option<f64>,
+) -> Result<Vec<String>, sqlx::Error> {
+    let mut tx = super::begin(pool).await?;
+    sqlx::query(LOCK_TIMEOUT).execute(&mut *tx).await?;
+    let created = sqlx::query_scalar!(
+        r#"
+        select format('%s_%s', $1::text, to_char(first, 'YYYY_MM')) as "partition!"
+        from (select (date_trunc('month', coalesce(to_timestamp($2::float8), now()) at time zone 'UTC')
+                      + make_interval(months => n))::date as first
+              from generate_series(0, $3::int) as n) as months
+        where add_month_partition($1::text::regclass, first)
+        "#,
+        table,
+        now,
+        MONTHS_AHEAD,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(created)
+}
+
+/// A partition whose rows are all older than a cutoff ([`past`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Past {
+    pub partition: String,
+    /// The table from before partitions (`{table}_legacy`, the key
+    /// 1970-01-01): its rows' age is not its month's, and its owner must
+    /// read it.
+    pub legacy: bool,
+}
+
+/// The partitions of `table` to retire at `cutoff` (Unix seconds): those
+/// whose range ends by the cutoff and before the current month (of `now`),
+/// oldest first, and the legacy partition. Read from the catalogue, by
+/// their bounds, whoever made them. A partition whose detach an earlier run
+/// left unfinished comes first, finished ([`detach`] then does nothing).
+pub async fn past(
+    pool: &PgPool,
+    table: &'static str,
+    cutoff: f64,
+    now: Option<f64>,
+) -> Result<Vec<Past>, sqlx::Error> {
+    let pending = sqlx::query_scalar!(
+        r#"
+        select c.relname::text as "name!"
+        from pg_inherits i join pg_class c on c.oid = i.inhrelid
+        where i.inhparent = $1::text::regclass and i.inhdetachpending
+        "#,
+        table,
+    )
+    .fetch_all(pool)
+    .await?;
+    for partition in &pending {
+        let statement = format!(
+            "alter table {} detach partition {} finalize",
+            quote_ident(table),
+            quote_ident(partition)
+        );
+        sqlx::raw_sql(&statement).execute(pool).await?;
+    }
+    let rows = sqlx::query!(
+        r#"
+        with partitions as (
+            select c.relname::text as name,
+                   substring(pg_get_expr(c.relpartbound, c.oid) from $$TO \('([0-9-]+)'\)$$)::date as upper
+            from pg_partition_tree($1::text::regclass) t join pg_class c on c.oid = t.relid
+            where t.level = 1
+        )
+        select name as "name!", name = $1 || '_legacy' as "legacy!"
+        from partitions
+        where upper <= (date_trunc('month', coalesce(to_timestamp($3::float8), now()) at time zone 'UTC'))::date
+          and (name = $1 || '_legacy' or upper <= (to_timestamp($2::float8) at time zone 'UTC')::date)
+        order by upper
+        "#,
+        table,
+        cutoff,
+        now,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(pending
+        .into_iter()
+        .map(|partition| Past {
+            legacy: partition == format!("{table}_legacy"),
+            partition,
+        })
+        .chain(rows.into_iter().map(|row| Past {
+            partition: row.name,
+            legacy: row.legacy,
+        }))
+        .collect())
+}
+
+/// Detaches `partition` from `table` without blocking writers: `DETACH
+/// ... CONCURRENTLY`, outside a transaction as it must be, waits for the
+/// transactions that may use the partition, and nothing waits for it. A
+/// partition detached already is left as it is.
+pub async fn detach(
+    pool: &PgPool,
+    table: &'static str,
+    partition: &str,
+) -> Result<(), sqlx::Error> {
+    let attached = sqlx::query_scalar!(
+        r#"
+        select exists (select from pg_inherits
+                       where inhparent = $1::text::regclass and inhrelid = to_regclass($2)) as "attached!"
+        "#,
+        table,
+        quote_ident(partition),
+    )
+    .fetch_one(pool)
+    .await?;
+    if attached {
+        let statement = format!(
+            "alter table {} detach partition {} concurrently",
+            quote_ident(table),
+            quote_ident(partition)
+        );
+        sqlx::raw_sql(&statement).execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// The rows of the detached `partition`.
+pub async fn count(conn: &mut PgConnection, partition: &str) -> Result<u64, sqlx::Error> {
+    let rows: i64 = sqlx::query_scalar(&format!("select count(*) from {}", quote_ident(partition)))
+        .fetch_one(conn)
+        .await?;
+    Ok(u64::try_from(rows).unwrap_or(0))
+}
+
+/// Drops the detached `partition`, in the caller's transaction (after what
+/// its owner puts back): it locks only that table, which no one uses.
+pub async fn drop_detached(conn: &mut PgConnection, partition: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(LOCK_TIMEOUT).execute(&mut *conn).await?;
+    sqlx::query(&format!("drop table {}", quote_ident(partition)))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// `name` as an SQL identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
