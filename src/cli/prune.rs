@@ -1,7 +1,9 @@
-//! `webhookd prune`: retention. Events go a month at a time (their
-//! partition detached and dropped whole, `events::partitions`); payloads
-//! older than their own retention become stubs; delivered outbox rows go in
-//! short batches that skip rows other transactions hold. Ingest never waits.
+//! `webhookd prune`: retention, a month at a time. The months of events
+//! and of the outbox (with its attempts) past the retention are detached
+//! and dropped whole (`events::partitions`, `outbox::store::retention`),
+//! what they keep moved to the current month first; payloads older than
+//! their own retention become stubs, in short batches. Ingest and the
+//! drainer never wait.
 
 use std::io::Write;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use sqlx::PgPool;
 
 use super::retention::RetentionArgs;
 use crate::clock::Clock;
+use crate::db::partitions::Retirement;
 use crate::events;
 use crate::outbox::store;
 
@@ -21,8 +24,7 @@ pub struct PruneArgs {
     /// sooner only with a matching WEBHOOKD_RETENTION_DAYS.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub older_than: Option<Duration>,
-    /// Rows changed per statement (delivered outbox rows deleted, payloads
-    /// expired).
+    /// Payloads expired per statement.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub batch: i64,
     /// How long stored event payloads are kept, in days; past it they
@@ -39,7 +41,7 @@ pub struct PruneArgs {
 pub struct Pruned {
     /// Events dropped with their month's partition.
     pub events: u64,
-    /// Delivered outbox rows deleted.
+    /// Outbox rows dropped with their month's partition.
     pub outbox_rows: u64,
     /// Payloads replaced by a stub.
     pub payloads: u64,
@@ -61,37 +63,23 @@ pub async fn run(
     #[allow(clippy::cast_precision_loss)]
     let now = clock.now() as f64;
     let cutoff = now - age.as_secs_f64();
-    let retirement = events::partitions::retire(pool, cutoff, clock.pinned()).await?;
-    let mut pruned = Pruned::default();
-    for retired in &retirement.retired {
-        pruned.events += retired.events;
-        writeln!(
-            out,
-            "dropped partition {}: {} events{}",
-            retired.partition,
-            retired.events,
-            if retired.moved > 0 {
-                format!(" ({} kept, moved to the current month)", retired.moved)
-            } else {
-                String::new()
-            }
-        )?;
-    }
-    for (partition, why) in &retirement.left {
-        writeln!(out, "kept partition {partition}: {why}")?;
-    }
+    let events = events::partitions::retire(pool, cutoff, clock.pinned()).await?;
+    say(out, &events, "events")?;
+    let mut pruned = Pruned {
+        events: events.rows(events::partitions::TABLE),
+        ..Pruned::default()
+    };
     let payload_age = args
         .payload_retention_days
         .map_or(age, |days| Duration::from_secs(u64::from(days) * 86_400));
     pruned.payloads =
         events::expire_payloads(pool, now - payload_age.as_secs_f64(), args.batch).await?;
-    pruned.outbox_rows = in_batches(args.batch, async |batch| {
-        store::prune_delivered_batch(pool, cutoff, batch).await
-    })
-    .await?;
+    let outbox = store::retention::retire(pool, cutoff, clock.pinned()).await?;
+    say(out, &outbox, "rows")?;
+    pruned.outbox_rows = outbox.rows(store::retention::TABLE);
     writeln!(
         out,
-        "pruned {} events and {} delivered outbox rows older than {}; {} payloads older than {} expired",
+        "pruned {} events and {} outbox rows older than {}; {} payloads older than {} expired",
         pruned.events,
         pruned.outbox_rows,
         humantime::format_duration(age),
@@ -101,20 +89,22 @@ pub async fn run(
     Ok(pruned)
 }
 
-/// Rows deleted by `prune_batch` (up to `batch` a statement), run batch
-/// after batch until one comes back short: each is its own short statement,
-/// so ingest never waits behind a long delete.
-async fn in_batches(
-    batch: i64,
-    prune_batch: impl AsyncFn(i64) -> Result<u64, sqlx::Error>,
-) -> Result<u64, sqlx::Error> {
-    let full = u64::try_from(batch).unwrap_or(u64::MAX);
-    let mut pruned = 0;
-    loop {
-        let deleted = prune_batch(batch).await?;
-        pruned += deleted;
-        if deleted < full {
-            return Ok(pruned);
+/// Says which partitions `retirement` dropped, each with its rows (`what`)
+/// and those it kept, and which it left and why.
+fn say(out: &mut impl Write, retirement: &Retirement, what: &str) -> std::io::Result<()> {
+    for retired in &retirement.retired {
+        write!(
+            out,
+            "dropped partition {}: {} {what}",
+            retired.partition, retired.rows
+        )?;
+        if retired.moved > 0 {
+            write!(out, " ({} kept, moved to the current month)", retired.moved)?;
         }
+        writeln!(out)?;
     }
+    for (partition, why) in &retirement.left {
+        writeln!(out, "kept partition {partition}: {why}")?;
+    }
+    Ok(())
 }

@@ -53,6 +53,36 @@ pub async fn ensure(
     Ok(created)
 }
 
+/// A partition retired: dropped with its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    pub table: &'static str,
+    pub partition: String,
+    /// The rows it held when it was dropped.
+    pub rows: u64,
+    /// The rows it kept, moved to the current month's partition first.
+    pub moved: u64,
+}
+
+/// What a retention run did to the partitions of its tables.
+#[derive(Debug, Default)]
+pub struct Retirement {
+    pub retired: Vec<Retired>,
+    /// Partitions past the cutoff left for another run, with why.
+    pub left: Vec<(String, String)>,
+}
+
+impl Retirement {
+    /// The rows of `table` dropped.
+    pub fn rows(&self, table: &str) -> u64 {
+        self.retired
+            .iter()
+            .filter(|retired| retired.table == table)
+            .map(|retired| retired.rows)
+            .sum()
+    }
+}
+
 /// A partition whose rows are all older than a cutoff ([`past`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Past {
@@ -134,17 +164,7 @@ pub async fn detach(
     table: &'static str,
     partition: &str,
 ) -> Result<(), sqlx::Error> {
-    let attached = sqlx::query_scalar!(
-        r#"
-        select exists (select from pg_inherits
-                       where inhparent = $1::text::regclass and inhrelid = to_regclass($2)) as "attached!"
-        "#,
-        table,
-        quote_ident(partition),
-    )
-    .fetch_one(pool)
-    .await?;
-    if attached {
+    if attached(pool, table, partition).await? {
         let statement = format!(
             "alter table {} detach partition {} concurrently",
             quote_ident(table),
@@ -153,6 +173,24 @@ pub async fn detach(
         sqlx::raw_sql(&statement).execute(pool).await?;
     }
     Ok(())
+}
+
+/// Whether `partition` is a partition of `table` now.
+pub async fn attached(
+    pool: &PgPool,
+    table: &'static str,
+    partition: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select exists (select from pg_inherits
+                       where inhparent = $1::text::regclass and inhrelid = to_regclass($2)) as "attached!"
+        "#,
+        table,
+        quote_ident(partition),
+    )
+    .fetch_one(pool)
+    .await
 }
 
 /// The rows of the detached `partition`.

@@ -12,27 +12,9 @@
 
 use sqlx::PgPool;
 
-use crate::db::partitions::{self, quote_ident};
+use crate::db::partitions::{self, Retired, Retirement, quote_ident};
 
 pub const TABLE: &str = "processed_events";
-
-/// A partition [`retire`] dropped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retired {
-    pub partition: String,
-    /// The events it held when it was dropped.
-    pub events: u64,
-    /// The events it kept, moved to the current month's partition first.
-    pub moved: u64,
-}
-
-/// What [`retire`] did.
-#[derive(Debug, Default)]
-pub struct Retirement {
-    pub retired: Vec<Retired>,
-    /// Partitions past the cutoff left for another run, with why.
-    pub left: Vec<(String, String)>,
-}
 
 /// Detaches and drops every partition of events written before `cutoff`
 /// (Unix seconds) and before the current month (of `now`, Unix seconds;
@@ -76,8 +58,9 @@ pub async fn retire(
         partitions::drop_detached(&mut tx, &past.partition).await?;
         tx.commit().await?;
         retirement.retired.push(Retired {
+            table: TABLE,
             partition: past.partition,
-            events: events.saturating_sub(put),
+            rows: events.saturating_sub(put),
             moved: moved + put,
         });
     }

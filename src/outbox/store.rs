@@ -38,7 +38,7 @@ impl Message<'_> {
 
 /// Writes the rows in order, in one statement; returns each one's id. The
 /// dedupe key is `{provider}:{event_id}`: an event writes at most one row
-/// per topic, and an event's rows are found by that key (the outbox has no
+/// per topic, whatever month's partition holds the first, and an event's rows are found by that key (the outbox has no
 /// index by event: [`browse::of_event`], `story::timeline`). `None` at an
 /// index: a row with its key exists already, or comes earlier in
 /// `messages`. Nothing is notified: the ingest transaction wakes the
@@ -69,6 +69,12 @@ pub async fn enqueue<'a>(
                    -- drainer counts it from here too.
                    clock_timestamp() + make_interval(secs => $6::float8)
             from input
+            -- Unique across months too: every writer of an event's rows
+            -- holds that event's locks (its claim, or its effects' for a
+            -- replay or a release), so this read is exact.
+            where not exists (select from outbox o
+                              where o.topic = input.topic
+                                and o.dedupe_key = input.provider || ':' || input.event_id)
             order by position
             on conflict do nothing
             returning id, topic, provider, event_id, attempts,
@@ -142,6 +148,7 @@ pub async fn notify(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 // The console's reads and its bulk retry.
 pub mod browse;
 pub mod erase;
+pub mod retention;
 
 // The drainer's statements: lease and record.
 mod drain;
@@ -207,27 +214,4 @@ pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
         oldest_pending_secs: row.oldest,
         dead: row.dead,
     })
-}
-
-/// Deletes up to `batch` rows delivered before `cutoff` (Unix seconds),
-/// skipping locked rows. Dead rows are kept.
-pub async fn prune_delivered_batch(
-    pool: &PgPool,
-    cutoff: f64,
-    batch: i64,
-) -> Result<u64, sqlx::Error> {
-    let query = sqlx::query!(
-        r#"
-        delete from outbox
-        where id in (
-            select id from outbox
-            where delivered_at < to_timestamp($1::float8)
-            limit $2
-            for update skip locked
-        )
-        "#,
-        cutoff,
-        batch,
-    );
-    db::write_alone(pool, query).await
 }

@@ -203,7 +203,11 @@ pub fn stripe_api(args: &StripeApiArgs) -> anyhow::Result<Api> {
 }
 
 /// The tables partitioned by month (`db::partitions`), each by its owner.
-const PARTITIONED: &[&str] = &[crate::events::partitions::TABLE];
+const PARTITIONED: &[&str] = &[
+    crate::events::partitions::TABLE,
+    crate::outbox::store::retention::TABLE,
+    crate::outbox::store::retention::ATTEMPTS,
+];
 
 /// Makes sure every partitioned table has its months ahead; the names of
 /// the partitions created.

@@ -281,16 +281,17 @@ pub async fn record_many(
               -- Never an attempt from before the row was re-queued: a
               -- straggling report must not settle a fresh set of attempts.
               and s.attempts > o.requeued_attempts
-            returning o.id, s.attempts
+            returning o.id, s.attempts, o.month
         ),
         failed as (
             -- Only the attempts the update applied: a batch may also hold an
             -- older attempt of a row leased again since.
-            insert into outbox_attempts (outbox_id, attempt, at, outcome, error)
-            select s.id, s.attempts, clock.now, s.outcome, coalesce(s.error, '')
+            -- In its row's month: the two go together (outbox::store::retire).
+            insert into outbox_attempts (outbox_id, attempt, at, outcome, error, month)
+            select s.id, s.attempts, clock.now, s.outcome, coalesce(s.error, ''), r.month
             from settled s join recorded r on r.id = s.id and r.attempts = s.attempts, clock
             where s.outcome in ('retry', 'dead')
-            on conflict (outbox_id, attempt) do nothing
+            on conflict do nothing
         )
         select id as "id!" from recorded
         "#,

@@ -313,7 +313,7 @@ impl Databases {
         webhookd::db::MIGRATOR.run(&other).await.unwrap();
         sqlx::raw_sql(
             "alter table wallet_entries alter column id restart with 1000001;
-             alter table outbox alter column id restart with 2000001",
+             alter sequence outbox_row_id restart with 2000001",
         )
         .execute(&other)
         .await

@@ -18,6 +18,7 @@ use webhookd::db::MIGRATOR;
 use webhookd::db::partitions;
 use webhookd::events::{self, partitions::TABLE};
 use webhookd::ingest::{ReplayRefused, replay_stored};
+use webhookd::outbox::store::retention;
 use webhookd::providers::Providers;
 
 use crate::helpers::{
@@ -73,6 +74,30 @@ async fn received_at(pool: &PgPool, condition: &str, at: i64) {
          where {condition}"
     ))
     .bind(at)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Moves the outbox rows `condition` selects, and their attempts, into the
+/// partitions of the month of `at` (Unix seconds), as written then.
+async fn outbox_written_at(pool: &PgPool, condition: &str, at: i64) {
+    for table in [retention::TABLE, retention::ATTEMPTS] {
+        #[allow(clippy::cast_precision_loss)]
+        partitions::ensure(pool, table, Some(at as f64))
+            .await
+            .unwrap();
+    }
+    // The condition comes from the tests themselves, never from input.
+    sqlx::raw_sql(&format!(
+        "create temporary table moving as select id, month from outbox where {condition};
+         update outbox set created_at = to_timestamp({at}),
+             month = (date_trunc('month', to_timestamp({at}) at time zone 'UTC'))::date
+         where id in (select id from moving);
+         update outbox_attempts a set month = (date_trunc('month', to_timestamp({at}) at time zone 'UTC'))::date
+         from moving m where a.outbox_id = m.id and a.month = m.month;
+         drop table moving;"
+    ))
     .execute(pool)
     .await
     .unwrap();
@@ -243,6 +268,18 @@ async fn prune_drops_past_months_while_a_storm_ingests(pool: PgPool) {
     age("update wallet_entries set created_at = to_timestamp($1)").await;
     age("update outbox set delivered_at = to_timestamp($1)").await;
     age("update outbox set delivered_at = null, dead_at = to_timestamp($1) where event_id = 'evt_old_0'").await;
+    sqlx::query(
+        "insert into outbox_attempts (outbox_id, attempt, at, outcome, error)
+         select id, 1, now(), 'dead', 'refused' from outbox where event_id = 'evt_old_0'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    outbox_written_at(&pool, "true", old).await;
+    let old_outbox = partition_of(&pool, "evt_old_1")
+        .await
+        .unwrap()
+        .replace("processed_events", "outbox");
     let old_partition = partition_of(&pool, "evt_old_1").await.unwrap();
 
     // Prune while 40 new deliveries arrive: none fails, none waits long.
@@ -280,6 +317,17 @@ async fn prune_drops_past_months_while_a_storm_ingests(pool: PgPool) {
         "{said}"
     );
     assert!(!partitions_of(&pool).await.contains(&old_partition));
+    assert!(
+        said.contains(&format!(
+            "dropped partition {old_outbox}: 300 rows (1 kept, moved to the current month)"
+        )),
+        "{said}"
+    );
+    let old_attempts = old_outbox.replace("outbox", "outbox_attempts");
+    assert!(
+        said.contains(&format!("dropped partition {old_attempts}: 0 rows")),
+        "its attempt moved with the dead row: {said}"
+    );
 
     let kept: Vec<String> = sqlx::query_scalar(
         "select event_id from processed_events where event_id not like 'evt_new_%' order by event_id",
@@ -305,6 +353,13 @@ async fn prune_drops_past_months_while_a_storm_ingests(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(outbox_kept, ["wallet.credited:evt_old_0"]);
+    let attempts: Vec<String> = sqlx::query_scalar(
+        "select a.error from outbox_attempts a join outbox o on o.id = a.outbox_id and o.month = a.month",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(attempts, ["refused"], "the dead row's attempt is beside it");
     // The invoice's natural key outlives its pruned event and outbox row: a
     // late copy under a new event id is still no second announcement.
     app.deliver(&invoice_paid("evt_invoice_again", "in_1"), "ignored")

@@ -1,0 +1,177 @@
+//! The months of the outbox (`db::partitions`): `outbox` and
+//! `outbox_attempts` are partitioned by the month a row was written in (an
+//! attempt by its row's), and a month of both is dropped at once when it
+//! is past the retention ([`retire`]). The rows it keeps move to the
+//! current month first, with their attempts: rows not delivered (pending
+//! or dead: a dead row waits for `outbox retry` or a person) and rows
+//! delivered within the retention.
+
+use sqlx::{PgConnection, PgPool};
+
+use crate::db::partitions::{self, Retired, Retirement, quote_ident};
+
+pub const TABLE: &str = "outbox";
+pub const ATTEMPTS: &str = "outbox_attempts";
+
+/// Whether a row is kept past its month, as SQL over the row `o` and the
+/// cutoff `$1` (Unix seconds).
+const KEPT: &str = "(o.delivered_at is null or o.delivered_at >= to_timestamp($1))";
+
+/// Drops the months of the outbox, and of its attempts, written before
+/// `cutoff` (Unix seconds) and before the current month (of `now`, Unix
+/// seconds; `None`: the database's now): the kept rows ([`KEPT`]) and
+/// their attempts moved to the current month first, each month's outbox
+/// partition detached without blocking the drainer or ingest, any row
+/// kept meanwhile put back (a row the move waited for), then dropped. The
+/// legacy partition (the table before partitions) goes once its last row
+/// was written before the cutoff.
+pub async fn retire(
+    pool: &PgPool,
+    cutoff: f64,
+    now: Option<f64>,
+) -> Result<Retirement, sqlx::Error> {
+    partitions::ensure(pool, TABLE, now).await?;
+    partitions::ensure(pool, ATTEMPTS, now).await?;
+    let mut retirement = Retirement::default();
+    for past in partitions::past(pool, TABLE, cutoff, now).await? {
+        if past.legacy
+            && legacy_last_written(pool)
+                .await?
+                .is_some_and(|last| last >= cutoff)
+        {
+            retirement.left.push((
+                past.partition,
+                "it holds rows written within the retention".to_owned(),
+            ));
+            continue;
+        }
+        let moved = move_kept(pool, &past.partition, cutoff, now).await?;
+        partitions::detach(pool, TABLE, &past.partition).await?;
+        let mut tx = crate::db::begin(pool).await?;
+        let put = put_back(&mut tx, &past.partition, cutoff, now).await?;
+        let rows = partitions::count(&mut tx, &past.partition).await?;
+        partitions::drop_detached(&mut tx, &past.partition).await?;
+        tx.commit().await?;
+        retirement.retired.push(Retired {
+            table: TABLE,
+            partition: past.partition,
+            rows: rows.saturating_sub(put),
+            moved: moved + put,
+        });
+    }
+    // The attempts' months: their kept rows' attempts moved with the rows,
+    // so what is left is theirs to drop, once the outbox's month is gone.
+    for past in partitions::past(pool, ATTEMPTS, cutoff, now).await? {
+        let month = past.partition.trim_start_matches(ATTEMPTS);
+        let outbox_month = format!("{TABLE}{month}");
+        if retirement
+            .left
+            .iter()
+            .any(|(left, _)| *left == outbox_month)
+            || partitions::attached(pool, TABLE, &outbox_month).await?
+        {
+            continue;
+        }
+        partitions::detach(pool, ATTEMPTS, &past.partition).await?;
+        let mut tx = crate::db::begin(pool).await?;
+        let rows = partitions::count(&mut tx, &past.partition).await?;
+        partitions::drop_detached(&mut tx, &past.partition).await?;
+        tx.commit().await?;
+        retirement.retired.push(Retired {
+            table: ATTEMPTS,
+            partition: past.partition,
+            rows,
+            moved: 0,
+        });
+    }
+    Ok(retirement)
+}
+
+/// When the legacy partition's last row was written (Unix seconds).
+async fn legacy_last_written(pool: &PgPool) -> Result<Option<f64>, sqlx::Error> {
+    sqlx::query_scalar!(r#"select extract(epoch from max(created_at))::float8 from outbox_legacy"#)
+        .fetch_one(pool)
+        .await
+}
+
+/// Moves the rows `partition` keeps, and their attempts, to the current
+/// month, in one transaction; returns how many rows.
+async fn move_kept(
+    pool: &PgPool,
+    partition: &str,
+    cutoff: f64,
+    now: Option<f64>,
+) -> Result<u64, sqlx::Error> {
+    // The partition's name comes from the catalogue; quoted all the same.
+    let rows = format!(
+        r#"
+        with kept as (select o.id, o.month from {table} o where {KEPT}),
+        moved as (
+            update outbox o set month = {current}
+            from kept where o.id = kept.id and o.month = kept.month
+            returning o.id, kept.month as old, o.month as new
+        ),
+        attempts as (
+            update outbox_attempts a set month = moved.new
+            from moved where a.outbox_id = moved.id and a.month = moved.old
+        )
+        select count(*) from moved
+        "#,
+        table = quote_ident(partition),
+        current = partitions::current_month(2),
+    );
+    let mut tx = crate::db::begin(pool).await?;
+    let moved: i64 = sqlx::query_scalar(&rows)
+        .bind(cutoff)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(u64::try_from(moved).unwrap_or(0))
+}
+
+/// Puts back, as of the current month, the kept rows of the detached
+/// `partition` and their attempts (a row kept after [`move_kept`] read
+/// it); returns how many rows.
+async fn put_back(
+    conn: &mut PgConnection,
+    partition: &str,
+    cutoff: f64,
+    now: Option<f64>,
+) -> Result<u64, sqlx::Error> {
+    let current = partitions::current_month(2);
+    // Every column as it is but the month, whatever columns the table has.
+    let rows = format!(
+        r#"
+        insert into outbox
+        select (row.r).* from (
+            select jsonb_populate_record(null::outbox, to_jsonb(o) || jsonb_build_object('month', {current})) as r
+            from {table} o where {KEPT}
+        ) as row
+        on conflict do nothing
+        "#,
+        table = quote_ident(partition),
+    );
+    let put = sqlx::query(&rows)
+        .bind(cutoff)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    if put > 0 {
+        let attempts = format!(
+            r#"
+            update outbox_attempts a set month = {current}
+            from {table} o
+            where {KEPT} and a.outbox_id = o.id and a.month = o.month
+            "#,
+            table = quote_ident(partition),
+        );
+        sqlx::query(&attempts)
+            .bind(cutoff)
+            .bind(now)
+            .execute(conn)
+            .await?;
+    }
+    Ok(put)
+}
