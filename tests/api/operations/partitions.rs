@@ -559,7 +559,20 @@ async fn the_migration_partitions_a_populated_database(pool: PgPool) {
          insert into wallet_entries (user_id, currency, amount_minor, kind, provider, event_id, source_ref)
          values ('user_9', 'USD', 900, 'credit', 'stripe', 'evt_2', 'pi_9');
          insert into processed_events (provider, event_id, event_type, outcome, payload)
-         values ('stripe', 'evt_today', 'payment_intent.succeeded', 'processed', '{}')",
+         values ('stripe', 'evt_today', 'payment_intent.succeeded', 'processed', '{}');
+         -- 300 outbox rows delivered 40 days ago, one dead with its
+         -- attempt, one pending, one written today
+         insert into outbox (topic, dedupe_key, provider, event_id, payload, created_at, delivered_at)
+         select 'wallet.credited', 'stripe:evt_' || n, 'stripe', 'evt_' || n, '{}',
+                now() - interval '40 days', now() - interval '40 days'
+         from generate_series(3, 302) as n;
+         update outbox set delivered_at = null, dead_at = now() - interval '40 days'
+         where event_id = 'evt_3';
+         insert into outbox_attempts (outbox_id, attempt, at, outcome, error)
+         select id, 1, now() - interval '40 days', 'dead', 'refused' from outbox where event_id = 'evt_3';
+         update outbox set delivered_at = null where event_id = 'evt_4';
+         insert into outbox (topic, dedupe_key, provider, event_id, payload)
+         values ('wallet.credited', 'stripe:evt_today', 'stripe', 'evt_today', '{}')",
     )
     .execute(&pool)
     .await
@@ -576,6 +589,11 @@ async fn the_migration_partitions_a_populated_database(pool: PgPool) {
     );
     let made = partitions_of(&pool).await;
     assert_eq!(made.len(), 4, "{made:?}");
+    let legacy_ids: (i64, i64) = sqlx::query_as("select count(*), max(id) from outbox_legacy")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(legacy_ids.0, 301);
 
     // Served: a copy of a legacy event is a duplicate; a new one lands in
     // this month's partition.
@@ -594,6 +612,13 @@ async fn the_migration_partitions_a_populated_database(pool: PgPool) {
         partition_of(&pool, "evt_new").await.as_deref(),
         Some("processed_events_legacy")
     );
+    let new_id: i64 = sqlx::query_scalar(
+        "select id from outbox where event_id = 'evt_new' and tableoid <> 'outbox_legacy'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(new_id > legacy_ids.1, "ids go on from the legacy table's");
 
     // The legacy partition goes once its last event is past the retention:
     // not while evt_today is young; once it is old, at once, its deferred
@@ -622,4 +647,79 @@ async fn the_migration_partitions_a_populated_database(pool: PgPool) {
         assert!(partition_of(&pool, kept).await.is_some(), "{kept}");
     }
     assert!(partition_of(&pool, "evt_today").await.is_none());
+    // The outbox's legacy partition went with its events': the dead row and
+    // the rows not delivered yet moved (the dead one with its attempt), the
+    // delivered ones dropped.
+    sqlx::query(
+        "update outbox set created_at = created_at - interval '40 days' where event_id = 'evt_today'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (pruned, said) = prune(&pool, &prune_args(None), now).await;
+    assert!(
+        said.contains(
+            "dropped partition outbox_legacy: 298 rows (3 kept, moved to the current month)"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains("dropped partition outbox_attempts_legacy: 0 rows"),
+        "{said}"
+    );
+    assert_eq!(pruned.outbox_rows, 298);
+    let kept: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select o.event_id, a.error from outbox o
+         left join outbox_attempts a on a.outbox_id = o.id and a.month = o.month
+         order by o.event_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        kept,
+        [
+            ("evt_3".to_owned(), Some("refused".to_owned())),
+            ("evt_4".to_owned(), None),
+            ("evt_new".to_owned(), None),
+            ("evt_today".to_owned(), None),
+        ]
+    );
+}
+
+#[sqlx::test]
+async fn a_replay_in_a_later_month_writes_no_second_outbox_row(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver(
+        &payment_intent_succeeded("evt_1", "pi_1", "user_1", 500),
+        "processed",
+    )
+    .await;
+    // Its outbox row written in a month long past, a replay now.
+    let old = months_ago(&pool, 2, 28, "23:59").await;
+    outbox_written_at(&pool, "event_id = 'evt_1'", old).await;
+    let replayed = replay_stored(&pool, &Providers::default(), None, "stripe", "evt_1")
+        .await
+        .unwrap();
+    assert!(replayed.is_ok(), "{replayed:?}");
+    let rows: Vec<String> = sqlx::query_scalar(
+        "select tableoid::regclass::text from outbox where dedupe_key = 'stripe:evt_1'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_ne!(
+        rows[0],
+        format!("outbox_{}", current_month_suffix(&pool).await)
+    );
+    assert_eq!(app.balance("user_1", "USD").await, Some(500));
+}
+
+/// `YYYY_MM` of the database's now (UTC).
+async fn current_month_suffix(pool: &PgPool) -> String {
+    sqlx::query_scalar("select to_char(now() at time zone 'UTC', 'YYYY_MM')")
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
