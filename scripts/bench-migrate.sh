@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The upgrade to monthly partitions on a populated database: RETAINED events
-# (default 5 million) are written under the schema before partitions, then
+# (default 5 million), an outbox row for each (delivered, a hundredth with a
+# failed attempt) are written under the schema before partitions, then
 # each of the partition migrations is applied in turn, timed, while pgbench
-# inserts new events all along (8 clients, on conflict do nothing, as
-# webhookd's claims do); prints each step's time and the longest an insert
+# inserts new events and their outbox rows all along (8 clients, on
+# conflict do nothing, as webhookd's claims do); prints each step's time and the longest an insert
 # took during it, which is what the step made ingest wait. Uses
 # DATABASE_URL's server when set (a scratch database is created and
 # dropped), else a throwaway local cluster.
@@ -31,7 +32,7 @@ for migration in migrations/*.sql; do
     version=$(basename "$migration" | cut -d_ -f1)
     [ "$version" -lt "$first" ] && "${psql[@]}" -f "$migration" >/dev/null
 done
-log "adding $retained events under the schema before partitions"
+log "adding $retained events and outbox rows under the schema before partitions"
 "${psql[@]}" <<SQL
 insert into processed_events
     (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_at)
@@ -43,13 +44,24 @@ select 'stripe', 'evt_retained_' || i, 'payment_intent.succeeded', 'processed',
                'metadata', jsonb_build_object('user_id', 'retained_' || (i % 10000))))),
        to_timestamp(1700000000 + i), to_timestamp(1700000000 + i)
 from generate_series(1, $retained) i;
+insert into outbox (topic, dedupe_key, provider, event_id, payload, created_at, delivered_at, attempts)
+select 'wallet.credited', 'stripe:evt_retained_' || i, 'stripe', 'evt_retained_' || i,
+       jsonb_build_object('user_id', 'retained_' || (i % 10000), 'amount_minor', 150, 'currency', 'USD'),
+       to_timestamp(1700000000 + i), to_timestamp(1700000000 + i), 1 + (i % 100 = 0)::int
+from generate_series(1, $retained) i;
+insert into outbox_attempts (outbox_id, attempt, at, outcome, error)
+select id, 1, created_at, 'retry', 'HTTP 503' from outbox where attempts = 2;
 vacuum analyze processed_events;
+vacuum analyze outbox;
+vacuum analyze outbox_attempts;
 SQL
 
 cat >"$scratch/insert.sql" <<'SQL'
 \set n random(1, 1000000000)
 insert into processed_events (provider, event_id, event_type, outcome, payload)
 values ('stripe', 'evt_live_' || :n, 'payment_intent.succeeded', 'processed', '{}') on conflict do nothing;
+insert into outbox (topic, dedupe_key, provider, event_id, payload)
+values ('wallet.credited', 'stripe:evt_live_' || :n, 'stripe', 'evt_live_' || :n, '{}') on conflict do nothing;
 SQL
 log "pgbench inserting throughout (8 clients)"
 (cd "$scratch" && exec "$PG_BINDIR/pgbench" -n -M simple -c 8 -j 2 -T 100000 -l \

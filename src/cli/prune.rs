@@ -29,7 +29,8 @@ pub struct PruneArgs {
     pub batch: i64,
     /// How long stored event payloads are kept, in days; past it they
     /// become a stub naming the event (its key, outcome and times stay for
-    /// the retention). Defaults to the retention.
+    /// the retention). Defaults to the retention; longer keeps the events'
+    /// months as long.
     #[arg(long, env = "WEBHOOKD_PAYLOAD_RETENTION_DAYS", value_parser = clap::value_parser!(u32).range(1..))]
     pub payload_retention_days: Option<u32>,
     #[command(flatten)]
@@ -60,18 +61,20 @@ pub async fn run(
             "note: pruning sooner than WEBHOOKD_RETENTION_DAYS; run reconcile with the same retention"
         )?;
     }
+    let payload_age = args
+        .payload_retention_days
+        .map_or(age, |days| Duration::from_secs(u64::from(days) * 86_400));
     #[allow(clippy::cast_precision_loss)]
     let now = clock.now() as f64;
-    let cutoff = now - age.as_secs_f64();
+    // A month goes once it is past both: a payload kept longer than its
+    // event's key keeps the event's month.
+    let cutoff = now - age.max(payload_age).as_secs_f64();
     let events = events::partitions::retire(pool, cutoff, clock.pinned()).await?;
     say(out, &events, "events")?;
     let mut pruned = Pruned {
         events: events.rows(events::partitions::TABLE),
         ..Pruned::default()
     };
-    let payload_age = args
-        .payload_retention_days
-        .map_or(age, |days| Duration::from_secs(u64::from(days) * 86_400));
     pruned.payloads =
         events::expire_payloads(pool, now - payload_age.as_secs_f64(), args.batch).await?;
     let outbox = store::retention::retire(pool, cutoff, clock.pinned()).await?;
@@ -82,7 +85,7 @@ pub async fn run(
         "pruned {} events and {} outbox rows older than {}; {} payloads older than {} expired",
         pruned.events,
         pruned.outbox_rows,
-        humantime::format_duration(age),
+        humantime::format_duration(age.max(payload_age)),
         pruned.payloads,
         humantime::format_duration(payload_age),
     )?;

@@ -83,6 +83,71 @@ impl Retirement {
     }
 }
 
+/// What the owner of a partitioned table says when its past months are
+/// retired ([`retire`]).
+pub trait Keeper {
+    /// Why `past` stays for now, if it does (its rows' age is not its
+    /// month's, or another table's rows go with it).
+    fn stays(
+        &self,
+        pool: &PgPool,
+        past: &Past,
+    ) -> impl Future<Output = Result<Option<String>, sqlx::Error>> + Send;
+
+    /// Moves the rows `partition` keeps to the current month (the rows'
+    /// owner writes them); how many.
+    fn move_kept(
+        &self,
+        pool: &PgPool,
+        past: &Past,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+    /// Puts back, from the detached `partition`, rows kept after
+    /// [`Keeper::move_kept`] read it (a row it had to leave, a change that
+    /// committed meanwhile); how many.
+    fn put_back(
+        &self,
+        conn: &mut PgConnection,
+        partition: &str,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+}
+
+/// Retires the past months of `table` at `cutoff` ([`past`]) into
+/// `retirement`: for each, unless its keeper says it stays, the kept rows
+/// moved, the partition detached without blocking writers, then in one
+/// transaction the rows kept meanwhile put back, the rest counted and the
+/// table dropped.
+pub async fn retire(
+    pool: &PgPool,
+    table: &'static str,
+    cutoff: f64,
+    now: Option<f64>,
+    keeper: &impl Keeper,
+    retirement: &mut Retirement,
+) -> Result<(), sqlx::Error> {
+    ensure(pool, table, now).await?;
+    for past in past(pool, table, cutoff, now).await? {
+        if let Some(why) = keeper.stays(pool, &past).await? {
+            retirement.left.push((past.partition, why));
+            continue;
+        }
+        let moved = keeper.move_kept(pool, &past).await?;
+        detach(pool, table, &past.partition).await?;
+        let mut tx = super::begin(pool).await?;
+        let put = keeper.put_back(&mut tx, &past.partition).await?;
+        let rows = count(&mut tx, &past.partition).await?;
+        drop_detached(&mut tx, &past.partition).await?;
+        tx.commit().await?;
+        retirement.retired.push(Retired {
+            table,
+            partition: past.partition,
+            rows: rows.saturating_sub(put),
+            moved: moved + put,
+        });
+    }
+    Ok(())
+}
+
 /// A partition whose rows are all older than a cutoff ([`past`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Past {

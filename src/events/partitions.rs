@@ -12,7 +12,9 @@
 
 use sqlx::PgPool;
 
-use crate::db::partitions::{self, Retired, Retirement, quote_ident};
+use sqlx::PgConnection;
+
+use crate::db::partitions::{self, Keeper, Past, Retirement, quote_ident};
 
 pub const TABLE: &str = "processed_events";
 
@@ -36,44 +38,40 @@ pub async fn retire(
     cutoff: f64,
     now: Option<f64>,
 ) -> Result<Retirement, sqlx::Error> {
-    partitions::ensure(pool, TABLE, now).await?;
     let mut retirement = Retirement::default();
-    for past in partitions::past(pool, TABLE, cutoff, now).await? {
-        if past.legacy
-            && legacy_last_received(pool)
-                .await?
-                .is_some_and(|last| last >= cutoff)
-        {
-            retirement.left.push((
-                past.partition,
-                "it holds events received within the retention".to_owned(),
-            ));
-            continue;
-        }
-        let moved = move_kept(pool, &past.partition, past.legacy, cutoff, now).await?;
-        partitions::detach(pool, TABLE, &past.partition).await?;
-        let mut tx = crate::db::begin(pool).await?;
-        let put = put_back(&mut tx, &past.partition, now).await?;
-        let events = partitions::count(&mut tx, &past.partition).await?;
-        partitions::drop_detached(&mut tx, &past.partition).await?;
-        tx.commit().await?;
-        retirement.retired.push(Retired {
-            table: TABLE,
-            partition: past.partition,
-            rows: events.saturating_sub(put),
-            moved: moved + put,
-        });
-    }
+    let keeper = Events { cutoff, now };
+    partitions::retire(pool, TABLE, cutoff, now, &keeper, &mut retirement).await?;
     Ok(retirement)
 }
 
-/// When the legacy partition's last event was received (Unix seconds).
-async fn legacy_last_received(pool: &PgPool) -> Result<Option<f64>, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"select extract(epoch from max(received_at))::float8 from processed_events_legacy"#
-    )
-    .fetch_one(pool)
-    .await
+/// What the event store keeps of its past months ([`retire`]).
+struct Events {
+    cutoff: f64,
+    now: Option<f64>,
+}
+
+impl Keeper for Events {
+    async fn stays(&self, pool: &PgPool, past: &Past) -> Result<Option<String>, sqlx::Error> {
+        if !past.legacy {
+            return Ok(None);
+        }
+        let last = sqlx::query_scalar!(
+            r#"select extract(epoch from max(received_at))::float8 from processed_events_legacy"#
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(last
+            .filter(|last| *last >= self.cutoff)
+            .map(|_| "it holds events received within the retention".to_owned()))
+    }
+
+    async fn move_kept(&self, pool: &PgPool, past: &Past) -> Result<u64, sqlx::Error> {
+        move_kept(pool, &past.partition, past.legacy, self.cutoff, self.now).await
+    }
+
+    async fn put_back(&self, conn: &mut PgConnection, partition: &str) -> Result<u64, sqlx::Error> {
+        put_back(conn, partition, self.now).await
+    }
 }
 
 /// Moves the events `partition` keeps ([`retire`]) to the current month,
@@ -120,7 +118,7 @@ async fn move_kept(
 /// `partition` deferred after [`move_kept`] (a deferral that committed
 /// between the move and the detach); returns how many.
 async fn put_back(
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     partition: &str,
     now: Option<f64>,
 ) -> Result<u64, sqlx::Error> {

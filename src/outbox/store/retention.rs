@@ -8,7 +8,7 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use crate::db::partitions::{self, Retired, Retirement, quote_ident};
+use crate::db::partitions::{self, Keeper, Past, Retirement, quote_ident};
 
 pub const TABLE: &str = "outbox";
 pub const ATTEMPTS: &str = "outbox_attempts";
@@ -30,68 +30,63 @@ pub async fn retire(
     cutoff: f64,
     now: Option<f64>,
 ) -> Result<Retirement, sqlx::Error> {
-    partitions::ensure(pool, TABLE, now).await?;
-    partitions::ensure(pool, ATTEMPTS, now).await?;
     let mut retirement = Retirement::default();
-    for past in partitions::past(pool, TABLE, cutoff, now).await? {
-        if past.legacy
-            && legacy_last_written(pool)
-                .await?
-                .is_some_and(|last| last >= cutoff)
-        {
-            retirement.left.push((
-                past.partition,
-                "it holds rows written within the retention".to_owned(),
-            ));
-            continue;
-        }
-        let moved = move_kept(pool, &past.partition, cutoff, now).await?;
-        partitions::detach(pool, TABLE, &past.partition).await?;
-        let mut tx = crate::db::begin(pool).await?;
-        let put = put_back(&mut tx, &past.partition, cutoff, now).await?;
-        let rows = partitions::count(&mut tx, &past.partition).await?;
-        partitions::drop_detached(&mut tx, &past.partition).await?;
-        tx.commit().await?;
-        retirement.retired.push(Retired {
-            table: TABLE,
-            partition: past.partition,
-            rows: rows.saturating_sub(put),
-            moved: moved + put,
-        });
-    }
-    // The attempts' months: their kept rows' attempts moved with the rows,
-    // so what is left is theirs to drop, once the outbox's month is gone.
-    for past in partitions::past(pool, ATTEMPTS, cutoff, now).await? {
-        let month = past.partition.trim_start_matches(ATTEMPTS);
-        let outbox_month = format!("{TABLE}{month}");
-        if retirement
-            .left
-            .iter()
-            .any(|(left, _)| *left == outbox_month)
-            || partitions::attached(pool, TABLE, &outbox_month).await?
-        {
-            continue;
-        }
-        partitions::detach(pool, ATTEMPTS, &past.partition).await?;
-        let mut tx = crate::db::begin(pool).await?;
-        let rows = partitions::count(&mut tx, &past.partition).await?;
-        partitions::drop_detached(&mut tx, &past.partition).await?;
-        tx.commit().await?;
-        retirement.retired.push(Retired {
-            table: ATTEMPTS,
-            partition: past.partition,
-            rows,
-            moved: 0,
-        });
-    }
+    let rows = Rows { cutoff, now };
+    partitions::retire(pool, TABLE, cutoff, now, &rows, &mut retirement).await?;
+    partitions::retire(pool, ATTEMPTS, cutoff, now, &Attempts, &mut retirement).await?;
     Ok(retirement)
 }
 
-/// When the legacy partition's last row was written (Unix seconds).
-async fn legacy_last_written(pool: &PgPool) -> Result<Option<f64>, sqlx::Error> {
-    sqlx::query_scalar!(r#"select extract(epoch from max(created_at))::float8 from outbox_legacy"#)
+/// What the outbox keeps of its past months ([`retire`]).
+struct Rows {
+    cutoff: f64,
+    now: Option<f64>,
+}
+
+impl Keeper for Rows {
+    async fn stays(&self, pool: &PgPool, past: &Past) -> Result<Option<String>, sqlx::Error> {
+        if !past.legacy {
+            return Ok(None);
+        }
+        let last = sqlx::query_scalar!(
+            r#"select extract(epoch from max(created_at))::float8 from outbox_legacy"#
+        )
         .fetch_one(pool)
-        .await
+        .await?;
+        Ok(last
+            .filter(|last| *last >= self.cutoff)
+            .map(|_| "it holds rows written within the retention".to_owned()))
+    }
+
+    async fn move_kept(&self, pool: &PgPool, past: &Past) -> Result<u64, sqlx::Error> {
+        move_kept(pool, &past.partition, self.cutoff, self.now).await
+    }
+
+    async fn put_back(&self, conn: &mut PgConnection, partition: &str) -> Result<u64, sqlx::Error> {
+        put_back(conn, partition, self.cutoff, self.now).await
+    }
+}
+
+/// The attempts' months: the attempts of kept rows moved with them, so
+/// what is left goes with the outbox's month, once that is gone.
+struct Attempts;
+
+impl Keeper for Attempts {
+    async fn stays(&self, pool: &PgPool, past: &Past) -> Result<Option<String>, sqlx::Error> {
+        let month = past.partition.trim_start_matches(ATTEMPTS);
+        let rows = format!("{TABLE}{month}");
+        Ok(partitions::attached(pool, TABLE, &rows)
+            .await?
+            .then(|| format!("its rows' partition {rows} stays")))
+    }
+
+    async fn move_kept(&self, _: &PgPool, _: &Past) -> Result<u64, sqlx::Error> {
+        Ok(0)
+    }
+
+    async fn put_back(&self, _: &mut PgConnection, _: &str) -> Result<u64, sqlx::Error> {
+        Ok(0)
+    }
 }
 
 /// Moves the rows `partition` keeps, and their attempts, to the current

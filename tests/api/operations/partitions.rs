@@ -723,3 +723,27 @@ async fn current_month_suffix(pool: &PgPool) -> String {
         .await
         .unwrap()
 }
+
+#[sqlx::test]
+async fn a_payload_retention_longer_than_the_keys_keeps_their_months(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver(
+        &payment_intent_succeeded("evt_1", "pi_1", "user_1", 500),
+        "processed",
+    )
+    .await;
+    let old = months_ago(&pool, 3, 10, "12:00").await;
+    received_at(&pool, "true", old).await;
+    let now = db_now(&pool).await;
+    let (pruned, said) = prune(&pool, &prune_args(Some(200)), now).await;
+    assert_eq!((pruned.events, pruned.payloads), (0, 0), "{said}");
+    assert!(!said.contains("processed_events_20"), "{said}");
+    let stored = events::find(&pool, "stripe", "evt_1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.payload_expired_at.is_none());
+    // With the payload retention shorter again, the month goes.
+    let (pruned, said) = prune(&pool, &prune_args(Some(7)), now).await;
+    assert_eq!(pruned.events, 1, "{said}");
+}
