@@ -112,6 +112,27 @@ pub trait Keeper {
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 }
 
+/// Why the legacy partition of `table` stays ([`Keeper::stays`]): while
+/// its last row's `column` (a time) is not before `cutoff` (Unix seconds),
+/// in words of its `rows`. Its rows' age is not its month's.
+pub async fn legacy_stays(
+    pool: &PgPool,
+    table: &'static str,
+    column: &'static str,
+    cutoff: f64,
+    rows: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let last: Option<f64> = sqlx::query_scalar(&format!(
+        "select extract(epoch from max({column}))::float8 from {}",
+        quote_ident(&format!("{table}_legacy"))
+    ))
+    .fetch_one(pool)
+    .await?;
+    Ok(last
+        .filter(|last| *last >= cutoff)
+        .map(|_| format!("it holds {rows} within the retention")))
+}
+
 /// Retires the past months of `table` at `cutoff` ([`past`]) into
 /// `retirement`: for each, unless its keeper says it stays, the kept rows
 /// moved, the partition detached without blocking writers, then in one

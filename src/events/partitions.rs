@@ -55,14 +55,7 @@ impl Keeper for Events {
         if !past.legacy {
             return Ok(None);
         }
-        let last = sqlx::query_scalar!(
-            r#"select extract(epoch from max(received_at))::float8 from processed_events_legacy"#
-        )
-        .fetch_one(pool)
-        .await?;
-        Ok(last
-            .filter(|last| *last >= self.cutoff)
-            .map(|_| "it holds events received within the retention".to_owned()))
+        partitions::legacy_stays(pool, TABLE, "received_at", self.cutoff, "events received").await
     }
 
     async fn move_kept(&self, pool: &PgPool, past: &Past) -> Result<u64, sqlx::Error> {

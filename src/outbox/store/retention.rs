@@ -48,14 +48,7 @@ impl Keeper for Rows {
         if !past.legacy {
             return Ok(None);
         }
-        let last = sqlx::query_scalar!(
-            r#"select extract(epoch from max(created_at))::float8 from outbox_legacy"#
-        )
-        .fetch_one(pool)
-        .await?;
-        Ok(last
-            .filter(|last| *last >= self.cutoff)
-            .map(|_| "it holds rows written within the retention".to_owned()))
+        partitions::legacy_stays(pool, TABLE, "created_at", self.cutoff, "rows written").await
     }
 
     async fn move_kept(&self, pool: &PgPool, past: &Past) -> Result<u64, sqlx::Error> {
