@@ -424,8 +424,10 @@ on conflict (provider, payment_id) do update
 -- Delivered within a second, a few after a retry; the newest still pending
 -- (the sink has been failing for the last half hour or so), one in 1,400
 -- dead after its attempts.
+select add_month_partition('outbox', (date_trunc('month', t_end at time zone 'UTC') - make_interval(months => n))::date)
+from console_load.conf, generate_series(1, 2) as n;
 insert into outbox (topic, dedupe_key, provider, event_id, payload, created_at, available_at, attempts,
-                    last_error, delivered_at, dead_at, ordering_key)
+                    last_error, delivered_at, dead_at, ordering_key, month)
 select o.topic, o.p || ':' || o.evt, o.p, o.evt, o.payload, o.created,
        case o.state when 'dead' then o.created + interval '6 hours'
             when 'pending' then o.created + o.tries * interval '30 seconds' else o.created end,
@@ -441,7 +443,7 @@ select o.topic, o.p || ':' || o.evt, o.p, o.evt, o.payload, o.created,
             + (20 + console_load.h(o.i, 23) % 300) * interval '1 millisecond'
             + (console_load.h(o.i, 21) % 50 = 0)::int * interval '30 seconds' end,
        case when o.state = 'dead' then o.created + interval '6 hours' end,
-       o.okey
+       o.okey, (date_trunc('month', o.created at time zone 'UTC'))::date
 from (select e.i, e.p, e.evt, e.at + interval '3 milliseconds' as created,
              console_load.h(e.i, 24) % 4 as tries,
              case when e.i > ${events} - ${pending_window} then 'pending'

@@ -104,7 +104,12 @@ fn say(out: &mut impl Write, retirement: &Retirement, what: &str) -> std::io::Re
         if retired.moved > 0 {
             write!(out, " ({} kept, moved to the current month)", retired.moved)?;
         }
-        writeln!(out)?;
+        writeln!(
+            out,
+            "; detached in {:.2} s, dropped in {:.2} s",
+            retired.detach.as_secs_f64(),
+            retired.drop.as_secs_f64()
+        )?;
     }
     for (partition, why) in &retirement.left {
         writeln!(out, "kept partition {partition}: {why}")?;

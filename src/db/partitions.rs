@@ -6,6 +6,8 @@
 //! where those rows go before it is dropped, is its owner's to say: this
 //! module writes no row.
 
+use std::time::{Duration, Instant};
+
 use sqlx::{PgConnection, PgPool};
 
 /// How many months after the current one have their partition: the next
@@ -62,6 +64,12 @@ pub struct Retired {
     pub rows: u64,
     /// The rows it kept, moved to the current month's partition first.
     pub moved: u64,
+    /// How long the detach took: the one statement on the live table
+    /// (it waits for the transactions that may use the partition).
+    pub detach: Duration,
+    /// How long putting back, counting and dropping the detached table
+    /// took (the files' removal at commit): no one waits for it.
+    pub drop: Duration,
 }
 
 /// What a retention run did to the partitions of its tables.
@@ -153,7 +161,9 @@ pub async fn retire(
             continue;
         }
         let moved = keeper.move_kept(pool, &past).await?;
+        let started = Instant::now();
         detach(pool, table, &past.partition).await?;
+        let detached = Instant::now();
         let mut tx = super::begin(pool).await?;
         let put = keeper.put_back(&mut tx, &past.partition).await?;
         let rows = count(&mut tx, &past.partition).await?;
@@ -164,6 +174,8 @@ pub async fn retire(
             partition: past.partition,
             rows: rows.saturating_sub(put),
             moved: moved + put,
+            detach: detached - started,
+            drop: detached.elapsed(),
         });
     }
     Ok(())
