@@ -369,7 +369,8 @@ impl TestApp {
 }
 
 /// Invariants that hold after every test: each balance equals the sum of
-/// its entries, and every entry and outbox row belongs to a recorded event.
+/// its entries, every entry, outbox row and deferral belongs to a recorded
+/// event, and every attempt is beside its outbox row (in its month).
 pub async fn assert_consistent(pool: &PgPool) {
     let mut conn = pool.acquire().await.unwrap();
     let mismatches = ledger::mismatches(&mut conn).await.unwrap();
@@ -381,7 +382,12 @@ pub async fn assert_consistent(pool: &PgPool) {
         "select (select count(*) from wallet_entries w where not exists
                     (select 1 from processed_events e where e.provider = w.provider and e.event_id = w.event_id))
               + (select count(*) from outbox o where not exists
-                    (select 1 from processed_events e where e.provider = o.provider and e.event_id = o.event_id))",
+                    (select 1 from processed_events e where e.provider = o.provider and e.event_id = o.event_id))
+              -- what the foreign keys said before partitions
+              + (select count(*) from deferred_events d where not exists
+                    (select 1 from processed_events e where e.provider = d.provider and e.event_id = d.event_id))
+              + (select count(*) from outbox_attempts a where not exists
+                    (select 1 from outbox o where o.id = a.outbox_id and o.month = a.month))",
     )
     .fetch_one(&mut *conn)
     .await
