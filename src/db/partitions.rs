@@ -120,16 +120,21 @@ pub trait Keeper {
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 }
 
-/// Why the legacy partition of `table` stays ([`Keeper::stays`]): while
-/// its last row's `column` (a time) is not before `cutoff` (Unix seconds),
-/// in words of its `rows`. Its rows' age is not its month's.
+/// Why `past` stays ([`Keeper::stays`]) if it is the legacy partition of
+/// `table`: while its last row's `column` (a time) is not before `cutoff`
+/// (Unix seconds), in words of its `rows`. Its rows' age is not its
+/// month's; a month's partition never stays for this.
 pub async fn legacy_stays(
     pool: &PgPool,
     table: &'static str,
+    past: &Past,
     column: &'static str,
     cutoff: f64,
     rows: &str,
 ) -> Result<Option<String>, sqlx::Error> {
+    if !past.legacy {
+        return Ok(None);
+    }
     let last: Option<f64> = sqlx::query_scalar(&format!(
         "select extract(epoch from max({column}))::float8 from {}",
         quote_ident(&format!("{table}_legacy"))

@@ -52,10 +52,15 @@ struct Events {
 
 impl Keeper for Events {
     async fn stays(&self, pool: &PgPool, past: &Past) -> Result<Option<String>, sqlx::Error> {
-        if !past.legacy {
-            return Ok(None);
-        }
-        partitions::legacy_stays(pool, TABLE, "received_at", self.cutoff, "events received").await
+        partitions::legacy_stays(
+            pool,
+            TABLE,
+            past,
+            "received_at",
+            self.cutoff,
+            "events received",
+        )
+        .await
     }
 
     async fn move_kept(&self, pool: &PgPool, past: &Past) -> Result<u64, sqlx::Error> {

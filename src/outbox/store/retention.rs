@@ -45,10 +45,7 @@ struct Rows {
 
 impl Keeper for Rows {
     async fn stays(&self, pool: &PgPool, past: &Past) -> Result<Option<String>, sqlx::Error> {
-        if !past.legacy {
-            return Ok(None);
-        }
-        partitions::legacy_stays(pool, TABLE, "created_at", self.cutoff, "rows written").await
+        partitions::legacy_stays(pool, TABLE, past, "created_at", self.cutoff, "rows written").await
     }
 
     async fn move_kept(&self, pool: &PgPool, past: &Past) -> Result<u64, sqlx::Error> {
