@@ -30,9 +30,9 @@ pub const TABLE: &str = "processed_events";
 ///   A month's partition holds no such event: an event applied later than
 ///   it was received has its row moved to the month it was applied in
 ///   (`record_outcomes`);
-/// - detached without blocking ingest; then, in one transaction, any event
-///   deferred between the move and the detach is put back, the rest
-///   counted and the table dropped.
+/// - detached without blocking ingest; then, in one transaction, any kept
+///   event the move left (held by another transaction then, or deferred
+///   since) is put back, the rest counted and the table dropped.
 pub async fn retire(
     pool: &PgPool,
     cutoff: f64,
@@ -68,9 +68,18 @@ impl Keeper for Events {
     }
 
     async fn put_back(&self, conn: &mut PgConnection, partition: &str) -> Result<u64, sqlx::Error> {
-        put_back(conn, partition, self.now).await
+        let legacy = partition == format!("{TABLE}_legacy");
+        put_back(conn, partition, legacy, self.cutoff, self.now).await
     }
 }
+
+/// Whether an event `e` of a past month is kept ([`retire`]), as SQL over
+/// the cutoff `$1` (Unix seconds) and whether the month is the legacy
+/// partition `$3`.
+const KEPT: &str = "(e.outcome = 'deferred'
+    or ($3 and exists (select from wallet_entries w
+                       where w.provider = e.provider and w.event_id = e.event_id
+                         and w.created_at >= to_timestamp($1))))";
 
 /// Moves the events `partition` keeps ([`retire`]) to the current month,
 /// waiting for no row another transaction holds (a release in flight moves
@@ -87,10 +96,7 @@ async fn move_kept(
         r#"
         with kept as (
             select provider, event_id, month from {table} e
-            where e.outcome = 'deferred'
-               or ($3 and exists (select from wallet_entries w
-                                  where w.provider = e.provider and w.event_id = e.event_id
-                                    and w.created_at >= to_timestamp($1)))
+            where {KEPT}
             for update skip locked
         )
         update processed_events e set month = {current}
@@ -112,12 +118,15 @@ async fn move_kept(
     Ok(moved)
 }
 
-/// Puts back, as of the current month, the events of the detached
-/// `partition` deferred after [`move_kept`] (a deferral that committed
-/// between the move and the detach); returns how many.
+/// Puts back, as of the current month, the kept events of the detached
+/// `partition` that [`move_kept`] left: one another transaction held, or a
+/// deferral that committed between the move and the detach; returns how
+/// many.
 async fn put_back(
     conn: &mut PgConnection,
     partition: &str,
+    legacy: bool,
+    cutoff: f64,
     now: Option<f64>,
 ) -> Result<u64, sqlx::Error> {
     // Every column as it is but the month, whatever columns the table has.
@@ -127,15 +136,17 @@ async fn put_back(
         select (row.r).* from (
             select jsonb_populate_record(null::processed_events,
                        to_jsonb(e) || jsonb_build_object('month', {current})) as r
-            from {table} e where e.outcome = 'deferred'
+            from {table} e where {KEPT}
         ) as row
         on conflict do nothing
         "#,
         table = quote_ident(partition),
-        current = partitions::current_month(1),
+        current = partitions::current_month(2),
     );
     Ok(sqlx::query(&put_back)
+        .bind(cutoff)
         .bind(now)
+        .bind(legacy)
         .execute(conn)
         .await?
         .rows_affected())

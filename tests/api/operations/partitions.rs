@@ -747,3 +747,60 @@ async fn a_payload_retention_longer_than_the_keys_keeps_their_months(pool: PgPoo
     let (pruned, said) = prune(&pool, &prune_args(Some(7)), now).await;
     assert_eq!(pruned.events, 1, "{said}");
 }
+
+#[sqlx::test]
+async fn a_kept_event_held_while_its_month_goes_is_put_back(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    app.deliver(
+        &charge(
+            "evt_waiting",
+            "charge.refunded",
+            "ch_1",
+            "pi_never",
+            100,
+            100,
+        ),
+        "deferred",
+    )
+    .await;
+    let old = months_ago(&pool, 3, 10, "12:00").await;
+    received_at(&pool, "true", old).await;
+    let old_partition = partition_of(&pool, "evt_waiting").await.unwrap();
+    // Another transaction holds the deferred event's row: the move passes
+    // it by, the detach waits for that transaction, and the drop puts the
+    // event back first.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("select 1 from processed_events where event_id = 'evt_waiting' for update")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let now = db_now(&pool).await;
+    let args = prune_args(None);
+    let pruning = prune(&pool, &args, now);
+    let release = async {
+        until_waiting_on_locks(&pool, 1).await;
+        holder.commit().await.unwrap();
+    };
+    let ((pruned, said), ()) = tokio::join!(pruning, release);
+    assert!(
+        said.contains(&format!(
+            "dropped partition {old_partition}: 0 events (1 kept, moved to the current month)"
+        )),
+        "{said}"
+    );
+    assert_eq!(pruned.events, 0);
+    let (outcome, _) = app.event("evt_waiting").await;
+    assert_eq!(outcome, "deferred");
+    assert_ne!(
+        partition_of(&pool, "evt_waiting").await,
+        Some(old_partition)
+    );
+    // It still waits for its credit, and is released by it.
+    app.deliver(
+        &payment_intent_succeeded("evt_credit", "pi_never", "user_1", 100),
+        "processed",
+    )
+    .await;
+    assert_eq!(app.balance("user_1", "USD").await, Some(0));
+    app.assert_consistent().await;
+}
