@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Throughput as the tables grow: unique events/s at 32 concurrent senders
-# on empty tables, then again, on the same running server, after 5 million
-# retained events (and their 5 million ledger entries) were added and the
-# tables analysed. Durability stays on. Uses DATABASE_URL's server when set
-# (a scratch database is created and dropped), else a throwaway local cluster.
-# The retained events are two past months of them, half each. Then the
-# bytes each retained event takes, and retention both ways: one month's
-# events deleted row by row in batches (what `webhookd prune` did before
-# partitions, its statement kept here), the other month's partition
-# detached and dropped by `webhookd prune`, and what each leaves behind.
+# on empty tables, then again, on the same running server, after RETAINED
+# events (and as many ledger entries) were added and the tables analysed.
+# Durability stays on. Uses DATABASE_URL's server when set (a scratch
+# database is created and dropped), else a throwaway local cluster.
+# The retained events are past months of at most 10 million each (at least
+# two months), each its own partition. Then the bytes each retained event
+# takes, and retention both ways: the first month's events deleted row by
+# row in batches (what `webhookd prune` did before partitions, its
+# statement kept here), the other months' partitions detached and dropped
+# by `webhookd prune`, and what each leaves behind.
 #
 #   scripts/bench-growth.sh [EVENTS_PER_RUN] [RETAINED]   (defaults 20000 5000000)
+#
+# Disk: about 1 KiB a retained event with its ledger entry (50 GiB at 50
+# million), and time: about 15 minutes at 10 million from a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -33,14 +37,23 @@ drill() {
 log "drill on empty tables: $events unique events, concurrency 32"
 empty=$(drill)
 
-log "adding $retained retained events and ledger entries"
+# The months: at most 10 million events each, at least two, the first in
+# January 2023; event i is in month i mod months, at an even pace within it.
+months=$(( (retained + 9999999) / 10000000 ))
+[ "$months" -ge 2 ] || months=2
+first_month=2023-01-01
+month_of() { date -u -d "$first_month + $1 month" +%F; }
+log "adding $retained retained events and ledger entries, in $months months from $first_month"
 started=$(date +%s)
-"$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$db_url" <<SQL
--- Rows shaped like the ones webhookd writes for a credit, older than any new one.
-insert into wallets (user_id, currency, balance_minor)
-select 'retained_' || u, 'USD', 0 from generate_series(0, 9999) u;
--- Two past months, each a partition of its own, half the events in each.
-select add_month_partition('processed_events', '2023-11-01'), add_month_partition('processed_events', '2023-12-01');
+"$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$db_url" \
+    -c "insert into wallets (user_id, currency, balance_minor)
+        select 'retained_' || u, 'USD', 0 from generate_series(0, 9999) u"
+for (( m = 0; m < months; m++ )); do
+    month=$(month_of "$m")
+    log "  month $month"
+    # Rows shaped like the ones webhookd writes for a credit, older than any new one.
+    "$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$db_url" >/dev/null <<SQL
+select add_month_partition('processed_events', '$month');
 insert into processed_events
     (provider, event_id, event_type, outcome, detail, payload, provider_created_at, received_at, month)
 select 'stripe', 'evt_retained_' || i, 'payment_intent.succeeded', 'processed',
@@ -51,14 +64,18 @@ select 'stripe', 'evt_retained_' || i, 'payment_intent.succeeded', 'processed',
                'id', 'pi_retained_' || i, 'object', 'payment_intent', 'amount', 150,
                'amount_received', 150, 'currency', 'usd', 'status', 'succeeded',
                'metadata', jsonb_build_object('user_id', 'retained_' || (i % 10000))))),
-       at, at, month
+       at, at, date '$month'
 from generate_series(1, $retained) i,
-     lateral (select case i % 2 when 0 then date '2023-11-01' else date '2023-12-01' end as month) m,
-     lateral (select m.month + (i / 2 % 2500000) * interval '1 second' as at) t;
+     lateral (select date '$month' + (i / $months % 2500000) * interval '1 second' as at) t
+where i % $months = $m;
 insert into wallet_entries (user_id, currency, amount_minor, kind, provider, source_ref, event_id, created_at)
 select 'retained_' || (i % 10000), 'USD', 150, 'credit', 'stripe', 'pi_retained_' || i, 'evt_retained_' || i,
-       case i % 2 when 0 then date '2023-11-01' else date '2023-12-01' end + (i / 2 % 2500000) * interval '1 second'
-from generate_series(1, $retained) i;
+       date '$month' + (i / $months % 2500000) * interval '1 second'
+from generate_series(1, $retained) i
+where i % $months = $m;
+SQL
+done
+"$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$db_url" <<SQL
 update wallets w set balance_minor = s.total
 from (select user_id, currency, sum(amount_minor)::bigint as total from wallet_entries group by 1, 2) s
 where w.user_id = s.user_id and w.currency = s.currency;
@@ -78,10 +95,10 @@ sizes() {
         from pg_partition_tree('processed_events') where isleaf"
 }
 read -r heap_before index_before rows_before _ <<<"$(sizes)"
-log "deleting November's events row by row (batches of 5000, a transaction each)"
+log "deleting $first_month's month of events row by row (batches of 5000, a transaction each)"
 rows_started=$(date +%s%N)
-"$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$db_url" <<'SQL'
-create procedure bench_delete_rows(cutoff timestamptz) language plpgsql as $$
+"$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$db_url" <<SQL
+create procedure bench_delete_rows(cutoff timestamptz) language plpgsql as \$\$
 declare deleted bigint;
 begin
     loop
@@ -99,8 +116,8 @@ begin
         commit;
         exit when deleted < 5000;
     end loop;
-end $$;
-call bench_delete_rows('2023-12-01');
+end \$\$;
+call bench_delete_rows('$(month_of 1)');
 drop procedure bench_delete_rows;
 SQL
 rows_ms=$(( ($(date +%s%N) - rows_started) / 1000000 ))
@@ -136,7 +153,7 @@ print(f"Ratio with {retained:,} retained events / empty: {ratio:.2f}x (rows adde
 print()
 print(f"processed_events: {rows:,} rows, heap {heap / rows:,.0f} + indexes {index / rows:,.0f} bytes per event.")
 deleted = rows - rows_between
-print(f"Row by row (November, batches of 5000): {deleted:,} events deleted in {rows_secs:.1f} s,"
+print(f"Row by row (the first month, batches of 5000): {deleted:,} events deleted in {rows_secs:.1f} s,"
       f" leaving {dead_between:,} dead tuples for vacuum.")
 print(f"webhookd prune (whole months) in {prune_secs:.2f} s, the whole command:")
 for line in pruned.strip().splitlines():
