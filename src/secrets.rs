@@ -48,6 +48,16 @@ pub fn parse_secrets(raw: &str) -> Result<Secrets, String> {
     ))
 }
 
+/// An optional secret, where an empty value (as `${VAR:-}` in compose
+/// files gives) means unset.
+pub fn non_empty(value: &Option<SecretString>) -> Option<SecretString> {
+    use secrecy::ExposeSecret;
+    value
+        .as_ref()
+        .filter(|v| !v.expose_secret().trim().is_empty())
+        .cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ use std::io::Write;
 use clap::{Arg, CommandFactory, FromArgMatches, Subcommand};
 
 use crate::config::{self, DatabaseSettings, Layers, Origin, ServeSettings};
+use crate::sinks::Problem;
 use crate::startup;
 
 #[derive(Debug, Clone, Copy, Subcommand)]
@@ -33,21 +34,38 @@ struct Serve {
 
 /// Runs `command` over `layers`, for the flags of `cli` (the whole command
 /// line, every subcommand's flags with it).
-pub fn run(
+pub async fn run(
     command: ConfigCommand,
     layers: &Layers,
     cli: &clap::Command,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
-        ConfigCommand::Check => check(layers, cli, out),
+        ConfigCommand::Check => check(layers, cli, out).await,
         ConfigCommand::Show => show(layers, cli, out),
     }
 }
 
 /// `config check`: fails (exit 1) when the configuration has a problem.
-pub fn check(layers: &Layers, cli: &clap::Command, out: &mut impl Write) -> anyhow::Result<()> {
-    let problems = problems(layers, cli);
+/// A broker sink is connected to: credentials it refuses, or an exchange or
+/// stream it lacks, are problems; a broker it cannot reach now is a warning.
+pub async fn check(
+    layers: &Layers,
+    cli: &clap::Command,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let (mut problems, settings) = problems(layers, cli);
+    if let Some(settings) = settings.filter(|_| problems.is_empty()) {
+        match startup::sink_problem(&settings).await {
+            None => {}
+            Some(Problem::Wrong(said)) => problems.push(format!("WEBHOOKD_SINK_URL: {said}")),
+            Some(Problem::Unreachable(said)) => writeln!(
+                out,
+                "warning: WEBHOOKD_SINK_URL: {}",
+                super::shown(&said, super::MAX_SHOWN_TEXT_BYTES)
+            )?,
+        }
+    }
     if problems.is_empty() {
         writeln!(out, "ok")?;
         return Ok(());
@@ -67,8 +85,9 @@ pub fn check(layers: &Layers, cli: &clap::Command, out: &mut impl Write) -> anyh
 
 /// Every problem of the configuration that `serve` reads: the file's, each
 /// value refused by its flag, then the start-up checks of the settings
-/// with the refused values left at their defaults.
-fn problems(layers: &Layers, cli: &clap::Command) -> Vec<String> {
+/// with the refused values left at their defaults; and the settings, when
+/// they parse.
+fn problems(layers: &Layers, cli: &clap::Command) -> (Vec<String>, Option<ServeSettings>) {
     let mut problems = layers.problems().to_vec();
     let refused = config::refused(layers, cli);
     let ignored: BTreeSet<String> = refused.keys().cloned().collect();
@@ -87,7 +106,7 @@ fn problems(layers: &Layers, cli: &clap::Command) -> Vec<String> {
                 "the settings of serve do not parse: {}",
                 error.kind()
             ));
-            return problems;
+            return (problems, None);
         }
     };
     let mut checked = Vec::new();
@@ -101,7 +120,7 @@ fn problems(layers: &Layers, cli: &clap::Command) -> Vec<String> {
             .into_iter()
             .map(|problem| with_keys(layers, problem)),
     );
-    problems
+    (problems, Some(settings))
 }
 
 /// `problem` with the file's keys of the variables it names, where the

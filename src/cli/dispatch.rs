@@ -20,7 +20,7 @@ use crate::startup;
 pub async fn run(cli: Cli, layers: &Layers) -> anyhow::Result<()> {
     let out = &mut std::io::stdout();
     if let Some(Command::Config(command)) = cli.command {
-        return super::config::run(command, layers, &Cli::command(), out);
+        return super::config::run(command, layers, &Cli::command(), out).await;
     }
     layers.require_valid()?;
     let database = &cli.database;

@@ -1,13 +1,7 @@
 //! POSTs each message as JSON to `WEBHOOKD_SINK_URL`, signed with the Standard
 //! Webhooks scheme under `WEBHOOKD_SINK_SECRET`, so the receiving app verifies
-//! it with an off-the-shelf library. `webhook-id` is the outbox id: stable
-//! across retries, it doubles as the idempotency key. 2xx is delivered.
-//!
-//! Body: `{"type": topic, "timestamp": created_at, "data": payload,
-//! "provider": ..., "event_id": ..., "event_type": ...}`; for a generic
-//! source, `data` is the verified body and `event_type` its type (GitHub's
-//! `X-GitHub-Event`, Shopify's `X-Shopify-Topic`). A body larger than
-//! `WEBHOOKD_SINK_MAX_BODY_BYTES` is never sent: the row is dead-lettered.
+//! it with an off-the-shelf library: the body and headers of
+//! [`super::envelope`]. 2xx is delivered.
 //! A failed request's error keeps its cause chain, never the URL.
 
 use std::time::Duration;
@@ -15,10 +9,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER, USER_AGENT};
 
+use super::envelope::Sealer;
 use super::{Delivery, Message, retry_after};
 use crate::clock::Clock;
-use crate::providers::standard::Signer;
-use crate::telemetry;
 
 /// The default of `WEBHOOKD_SINK_MAX_BODY_BYTES`: twice the largest webhook
 /// webhookd accepts by default (`WEBHOOKD_MAX_BODY_BYTES`), whose verified
@@ -29,10 +22,8 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 4 * 1024 * 1024;
 pub struct HttpSink {
     client: reqwest::Client,
     url: reqwest::Url,
-    signer: Signer,
-    clock: Clock,
+    sealer: Sealer,
     timeout: Duration,
-    max_body_bytes: u64,
 }
 
 impl std::fmt::Debug for HttpSink {
@@ -41,7 +32,6 @@ impl std::fmt::Debug for HttpSink {
         f.debug_struct("HttpSink")
             .field("host", &self.url.host_str())
             .field("timeout", &self.timeout)
-            .field("max_body_bytes", &self.max_body_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -58,7 +48,7 @@ impl HttpSink {
             matches!(url.scheme(), "http" | "https"),
             "WEBHOOKD_SINK_URL must be http or https"
         );
-        let signer = Signer::new(secret).map_err(|_| {
+        let sealer = Sealer::new(Some(secret), clock, DEFAULT_MAX_BODY_BYTES).map_err(|_| {
             anyhow::anyhow!(
                 "WEBHOOKD_SINK_SECRET must be a Standard Webhooks secret: whsec_ followed by base64"
             )
@@ -70,10 +60,8 @@ impl HttpSink {
         Ok(HttpSink {
             client,
             url,
-            signer,
-            clock,
+            sealer,
             timeout,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         })
     }
 
@@ -81,7 +69,7 @@ impl HttpSink {
     /// whose body is larger is dead-lettered without being sent.
     #[must_use]
     pub fn with_max_body_bytes(mut self, max_body_bytes: u64) -> Self {
-        self.max_body_bytes = max_body_bytes;
+        self.sealer = self.sealer.with_max_body_bytes(max_body_bytes);
         self
     }
 
@@ -90,34 +78,21 @@ impl HttpSink {
     }
 
     pub async fn deliver(&self, message: Message) -> Delivery {
-        let body = body(&message);
-        let id = message.id.to_string();
-        // The body holds the payload now: free the leased copy.
-        drop(message);
-        if body.len() as u64 > self.max_body_bytes {
-            return Delivery::Permanent {
-                error: format!(
-                    "not sent: the body is {} bytes, over the sink's limit of {} (WEBHOOKD_SINK_MAX_BODY_BYTES)",
-                    body.len(),
-                    self.max_body_bytes
-                ),
-            };
-        }
-        let timestamp = self.clock.now();
-        let signature = self.signer.sign(&id, timestamp, &body);
-        let response = self
+        let sealed = match self.sealer.seal(message) {
+            Ok(sealed) => sealed,
+            Err(refused) => return refused,
+        };
+        let mut request = self
             .client
             .post(self.url.clone())
             .header(CONTENT_TYPE, "application/json")
-            .header(USER_AGENT, concat!("webhookd/", env!("CARGO_PKG_VERSION")))
-            .header("webhook-id", &id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(body)
-            .send()
-            .await;
+            .header(USER_AGENT, concat!("webhookd/", env!("CARGO_PKG_VERSION")));
+        for (name, value) in sealed.headers() {
+            request = request.header(name, value);
+        }
+        let response = request.body(sealed.body).send().await;
         match response {
-            Ok(response) => classify(response.status(), response.headers(), self.clock.now()),
+            Ok(response) => classify(response.status(), response.headers(), self.sealer.now()),
             Err(error) => Delivery::Retry {
                 error: describe(error),
                 retry_after: None,
@@ -126,35 +101,11 @@ impl HttpSink {
     }
 }
 
-/// The request body, built once: `{"type", "timestamp", "data", "provider",
-/// "event_id", "event_type"}`, with the payload spliced in as Postgres wrote
-/// it (`jsonb` output is always valid JSON), never parsed or copied twice.
-fn body(message: &Message) -> Vec<u8> {
-    fn string(body: &mut Vec<u8>, value: Option<&str>) {
-        serde_json::to_writer(body, &value).expect("a string serializes into a Vec");
-    }
-    let mut body = Vec::with_capacity(message.payload.len() + 256);
-    body.extend_from_slice(br#"{"type":"#);
-    string(&mut body, Some(&message.topic));
-    body.extend_from_slice(br#","timestamp":"#);
-    string(&mut body, Some(&message.created_at));
-    body.extend_from_slice(br#","data":"#);
-    body.extend_from_slice(message.payload.as_bytes());
-    body.extend_from_slice(br#","provider":"#);
-    string(&mut body, Some(&message.provider));
-    body.extend_from_slice(br#","event_id":"#);
-    string(&mut body, Some(&message.event_id));
-    body.extend_from_slice(br#","event_type":"#);
-    string(&mut body, message.event_type.as_deref());
-    body.push(b'}');
-    body
-}
-
 /// What went wrong, with its cause chain (timeout, refused connection, TLS,
 /// ...), never the URL (it may carry credentials), at most
-/// [`telemetry::MAX_LOGGED_ERROR_BYTES`].
+/// [`crate::telemetry::MAX_LOGGED_ERROR_BYTES`].
 fn describe(error: reqwest::Error) -> String {
-    let mut text = if error.is_timeout() {
+    let text = if error.is_timeout() {
         "timed out"
     } else if error.is_connect() {
         "connection failed"
@@ -162,18 +113,7 @@ fn describe(error: reqwest::Error) -> String {
         "request failed"
     }
     .to_owned();
-    let error = error.without_url();
-    let mut cause: Option<&dyn std::error::Error> = Some(&error);
-    while let Some(current) = cause {
-        let said = current.to_string();
-        // Some errors repeat their source's message in their own.
-        if !said.is_empty() && !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        cause = current.source();
-    }
-    telemetry::bounded_to(&text, telemetry::MAX_LOGGED_ERROR_BYTES).into_owned()
+    super::with_causes(text, &error.without_url())
 }
 
 /// 2xx delivered; 408, 429, 5xx (and anything odd) retried; other 4xx
@@ -260,32 +200,6 @@ mod tests {
                 "{value}"
             );
         }
-    }
-
-    #[test]
-    fn the_body_carries_the_payload_as_stored_and_escapes_the_rest() {
-        let message = Message {
-            id: 7,
-            topic: "wallet.credited".into(),
-            provider: "stripe".into(),
-            event_id: "evt_\"quoted\"\n".into(),
-            event_type: None,
-            payload: r#"{"amount_minor": 1500, "user_id": "u1"}"#.into(),
-            attempts: 1,
-            created_at: "2026-12-01T00:00:00.000000Z".into(),
-        };
-        let body: serde_json::Value = serde_json::from_slice(&body(&message)).unwrap();
-        assert_eq!(
-            body,
-            serde_json::json!({
-                "type": "wallet.credited",
-                "timestamp": "2026-12-01T00:00:00.000000Z",
-                "data": {"amount_minor": 1500, "user_id": "u1"},
-                "provider": "stripe",
-                "event_id": "evt_\"quoted\"\n",
-                "event_type": null,
-            })
-        );
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@ use crate::ingest::{Ingestor, Wake};
 use crate::providers::Providers;
 
 mod settings;
+mod sink;
 mod sources;
 mod workers;
 
@@ -27,6 +28,7 @@ use settings::connection_limits;
 pub use settings::{
     batch_settings, database_options, migrate, pool, problems, require_sessions, validate,
 };
+pub use sink::{sink, sink_problem};
 pub use sources::{providers_settings, registry, swept, swept_account, swept_of};
 pub use workers::{
     RAZORPAY_RATE, drainer, ensure_partitions, fetcher, razorpay_api, stripe_account_api,
@@ -257,6 +259,7 @@ pub async fn serve(
                 "the outbox drainer polls: LISTEN needs a session, which a transaction pooler does not give (set WEBHOOKD_DIRECT_DATABASE_URL)"
             );
         }
+        sink::check_sink(&settings).await?;
         let drainer = drainer(&settings, pool.clone(), Clock::System)?.listening_on(listen);
         workers.stats.deliveries = Some(drainer.stats().clone());
         // Ingest wakes this drainer directly; LISTEN still hears ingest in

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 
 use crate::config::{
@@ -15,6 +14,7 @@ use crate::http::serve::{self, ConnectionLimits};
 use crate::ingest::batch::BatchSettings;
 use crate::outbox::worker::LEASE_MARGIN;
 use crate::providers::{self, Providers};
+use crate::secrets::non_empty;
 
 /// Checks everything about the configuration of `serve` that can be checked
 /// before anything starts, and reports every problem at once
@@ -67,8 +67,9 @@ pub fn problems(settings: &ServeSettings, database: &DatabaseSettings) -> Vec<St
     problems.extend(admin_problems(&settings.admin, settings.listen));
     let outbox = &settings.outbox;
     if settings.role.drains() {
-        if set(&outbox.sink_url).is_some() && set(&outbox.sink_secret).is_none() {
-            problems.push("WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not".into());
+        // The URL's scheme, its options, and the secret an HTTP sink needs.
+        if let Err(error) = super::sink::sink(settings, crate::clock::Clock::System) {
+            problems.push(format!("{error:#}"));
         }
         // A delivery only starts with its whole timeout and a margin left
         // on the lease (counted in whole seconds).
@@ -140,15 +141,6 @@ fn paypal_problems(settings: &ServeSettings) -> Vec<String> {
     problems
 }
 
-/// An optional secret, where an empty value (as `${VAR:-}` in compose
-/// files gives) means unset.
-pub(super) fn set(value: &Option<SecretString>) -> Option<SecretString> {
-    value
-        .as_ref()
-        .filter(|v| !v.expose_secret().trim().is_empty())
-        .cloned()
-}
-
 /// How to reach the database, from `DATABASE_URL` and the pool's settings.
 pub fn database_options(settings: &DatabaseSettings) -> anyhow::Result<db::Options> {
     Ok(db::Options {
@@ -158,7 +150,7 @@ pub fn database_options(settings: &DatabaseSettings) -> anyhow::Result<db::Optio
             DbPooler::Transaction => db::Pooler::Transaction,
         },
         // Empty (as `${VAR:-}` in compose files gives) is unset.
-        direct_url: set(&settings.direct_database_url),
+        direct_url: non_empty(&settings.direct_database_url),
         max_connections: settings.db_max_connections,
         acquire_timeout: settings.db_acquire_timeout,
         statement_timeout: settings.db_statement_timeout,

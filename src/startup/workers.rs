@@ -7,7 +7,6 @@ use std::sync::Arc;
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
-use super::settings::set;
 use crate::api::{Api, Auth};
 use crate::clock::Clock;
 use crate::config::{self, RazorpayApiArgs, ServeSettings, StripeApiArgs};
@@ -15,28 +14,13 @@ use crate::fetch::Fetcher;
 use crate::outbox::retry::RetryPolicy;
 use crate::outbox::{Drainer, DrainerSettings};
 use crate::providers::Providers;
-use crate::sinks::Sink;
-use crate::sinks::http::HttpSink;
-use crate::sinks::log::LogSink;
+use crate::secrets::non_empty;
 use crate::sweep::schedule::{Sweeper, Target};
 
-/// The outbox drainer `serve` runs: the `http` sink when `WEBHOOKD_SINK_URL`
-/// is set (it then needs `WEBHOOKD_SINK_SECRET`), else the `log` sink.
+/// The outbox drainer `serve` runs, delivering to [`super::sink::sink`].
 pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::Result<Drainer> {
     let outbox = &settings.outbox;
-    let sink = match (set(&outbox.sink_url), set(&outbox.sink_secret)) {
-        (Some(url), Some(secret)) => Sink::Http(Box::new(
-            HttpSink::new(
-                url.expose_secret(),
-                secret.expose_secret(),
-                outbox.sink_timeout,
-                clock.clone(),
-            )?
-            .with_max_body_bytes(outbox.sink_max_body_bytes),
-        )),
-        // [`super::validate`] refuses a URL without its secret.
-        _ => Sink::Log(LogSink),
-    };
+    let sink = super::sink::sink(settings, clock.clone())?;
     tracing::info!(sink = sink.name(), "outbox drainer configured");
     let drainer_settings = DrainerSettings {
         batch: outbox.outbox_batch,
@@ -76,7 +60,7 @@ pub fn sweeper(
         source: super::swept(&sources, provider),
     };
     let mut targets = Vec::new();
-    if set(&sweep.stripe.stripe_api_key).is_some() {
+    if non_empty(&sweep.stripe.stripe_api_key).is_some() {
         targets.push(target(
             crate::providers::stripe::PROVIDER,
             stripe_api(&sweep.stripe)?,
@@ -106,7 +90,7 @@ pub fn sweeper(
         .razorpay_key_id
         .as_ref()
         .is_some_and(|id| !id.trim().is_empty());
-    if id_set && set(&razorpay.razorpay_key_secret).is_some() {
+    if id_set && non_empty(&razorpay.razorpay_key_secret).is_some() {
         targets.push(target(
             crate::providers::razorpay::PROVIDER,
             razorpay_api(razorpay)?,
@@ -169,7 +153,7 @@ pub const RAZORPAY_RATE: u32 = 10;
 /// so, and a refresh on ties is refused.
 pub fn fetcher(args: &StripeApiArgs) -> anyhow::Result<Option<Arc<Fetcher>>> {
     let refresh = args.refresh_subscriptions_on_tie()?;
-    let Some(key) = set(&args.stripe_api_key) else {
+    let Some(key) = non_empty(&args.stripe_api_key) else {
         return Ok(None);
     };
     let fetcher = Fetcher::new(&args.stripe_api_base, key.clone(), refresh)?;

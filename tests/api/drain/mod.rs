@@ -1,6 +1,7 @@
 //! The outbox drainer: deliveries to a user's app, their retries, order,
-//! memory and pipelining, and what the commands print of them.
+//! memory and pipelining, to brokers, and what the commands print of them.
 
+pub mod brokers;
 pub mod cli;
 pub mod handoff;
 pub mod memory;

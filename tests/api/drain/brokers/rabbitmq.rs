@@ -1,0 +1,269 @@
+//! The `amqp://` sink against the machine's RabbitMQ (127.0.0.1:5672,
+//! guest/guest; `scripts/test.sh` starts it). Each test has its own
+//! exchange and queue; the test that restarts the broker holds
+//! [`BROKER`] so that no other test here loses its connection meanwhile.
+
+use std::time::Duration;
+
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use sqlx::PgPool;
+use tokio::sync::Mutex;
+use webhookd::clock::Clock;
+use webhookd::sinks::Problem;
+
+use super::{Consumed, assert_exactly, drain_all, drainer, last_error, seed, sink, states};
+
+/// Held by every test here: one of them restarts the broker.
+static BROKER: Mutex<()> = Mutex::const_new(());
+
+pub const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// An exchange and a durable queue of the test's own.
+struct Route {
+    exchange: String,
+    queue: String,
+}
+
+impl Route {
+    fn new(name: &str) -> Route {
+        let unique = format!("webhookd_test_{name}_{}", std::process::id());
+        Route {
+            exchange: unique.clone(),
+            queue: unique,
+        }
+    }
+
+    /// Declares the exchange; with `bound`, a queue bound to every topic.
+    async fn declare(&self, bound: bool) {
+        let channel = channel().await;
+        channel
+            .exchange_declare(
+                self.exchange.as_str().into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        if bound {
+            channel
+                .queue_declare(
+                    self.queue.as_str().into(),
+                    QueueDeclareOptions {
+                        durable: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            channel
+                .queue_bind(
+                    self.queue.as_str().into(),
+                    self.exchange.as_str().into(),
+                    "#".into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("{URL}?exchange={}", self.exchange)
+    }
+
+    /// Every message in the queue, taken off it.
+    async fn consume(&self) -> Vec<Consumed> {
+        let channel = channel().await;
+        let mut consumed = Vec::new();
+        while let Some(got) = channel
+            .basic_get(self.queue.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        {
+            let properties = &got.delivery.properties;
+            assert_eq!(properties.delivery_mode(), &Some(2), "persistent");
+            let headers = properties
+                .headers()
+                .as_ref()
+                .expect("the webhook-* headers")
+                .inner()
+                .iter()
+                .map(|(name, value)| {
+                    let AMQPValue::LongString(value) = value else {
+                        panic!("header {name} is not a string: {value:?}");
+                    };
+                    (name.to_string(), value.to_string())
+                })
+                .collect();
+            consumed.push(Consumed {
+                broker_id: properties
+                    .message_id()
+                    .as_ref()
+                    .expect("message_id")
+                    .to_string(),
+                headers,
+                body: got.delivery.data.clone().into(),
+            });
+        }
+        consumed
+    }
+
+    async fn delete(&self) {
+        let channel = channel().await;
+        let _ = channel
+            .queue_delete(self.queue.as_str().into(), QueueDeleteOptions::default())
+            .await;
+        let _ = channel
+            .exchange_delete(
+                self.exchange.as_str().into(),
+                ExchangeDeleteOptions::default(),
+            )
+            .await;
+    }
+}
+
+async fn channel() -> Channel {
+    let connection = Connection::connect(URL, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ runs on 127.0.0.1:5672 (scripts/test.sh starts it)");
+    connection.create_channel().await.unwrap()
+}
+
+/// Stops the broker's application and starts it again: every connection
+/// is cut from the broker's side; durable queues and persistent messages
+/// survive.
+async fn restart_broker() {
+    for step in ["stop_app", "start_app"] {
+        let status = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("rabbitmqctl")
+                .arg(step)
+                .stdout(std::process::Stdio::null())
+                .status()
+        })
+        .await
+        .unwrap()
+        .expect("rabbitmqctl runs");
+        assert!(status.success(), "rabbitmqctl {step}");
+    }
+    for _ in 0..400 {
+        if Connection::connect(URL, ConnectionProperties::default())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("RabbitMQ did not come back");
+}
+
+/// How long a delivery to the broker may take.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+#[sqlx::test]
+async fn two_thousand_rows_arrive_across_a_broker_restart(pool: PgPool) {
+    let _broker = BROKER.lock().await;
+    let route = Route::new("restart");
+    route.declare(true).await;
+    let rows = seed(&pool, 2000).await;
+    let (drainer, clock) = drainer(&pool, &route.url(), TIMEOUT, 1000);
+    drain_all(&pool, &drainer, &clock, 700, restart_broker()).await;
+    assert_eq!(states(&pool).await, (2000, 0, 0));
+    let retried: i64 = sqlx::query_scalar("select count(*) from outbox where attempts > 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        retried > 0,
+        "the restart cut deliveries, which were retried"
+    );
+    // At least once: a message confirmed late may arrive twice, with one id.
+    let consumed = route.consume().await;
+    let copies = assert_exactly(&consumed, &rows);
+    assert!(copies >= 2000);
+    route.delete().await;
+}
+
+#[sqlx::test]
+async fn an_unroutable_message_is_dead_with_the_reason_and_retry_resends_it(pool: PgPool) {
+    let _broker = BROKER.lock().await;
+    let route = Route::new("unroutable");
+    route.declare(false).await;
+    let rows = seed(&pool, 1).await;
+    let id = *rows.keys().next().unwrap();
+    let (drainer, _) = drainer(&pool, &route.url(), TIMEOUT, 5);
+    assert_eq!(drainer.drain_once().await.unwrap().dead, 1);
+    let error = last_error(&pool, id).await;
+    assert!(error.contains("NO_ROUTE"), "{error}");
+    assert!(error.contains("wallet.credited"), "{error}");
+
+    route.declare(true).await;
+    webhookd::outbox::store::retry_dead(&pool, Some(id))
+        .await
+        .unwrap();
+    assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
+    assert_exactly(&route.consume().await, &rows);
+
+    // An exchange that does not exist is refused for good too.
+    let missing = Route::new("missing");
+    let rows = seed(&pool, 1).await;
+    let id = *rows.keys().next().unwrap();
+    let (to_missing, _) = super::drainer(&pool, &missing.url(), TIMEOUT, 5);
+    assert_eq!(to_missing.drain_once().await.unwrap().dead, 1);
+    let error = last_error(&pool, id).await;
+    assert!(error.contains("NOT_FOUND"), "{error}");
+    assert!(!error.contains("guest:guest"), "{error}");
+    route.delete().await;
+}
+
+#[sqlx::test]
+async fn a_broker_unreachable_is_retried_not_dead(pool: PgPool) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rows = seed(&pool, 3).await;
+    let url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    let (drainer, _) = drainer(&pool, &url, TIMEOUT, 5);
+    let drained = drainer.drain_once().await.unwrap();
+    assert_eq!((drained.retried, drained.dead), (3, 0));
+    let error = last_error(&pool, *rows.keys().next().unwrap()).await;
+    assert!(
+        error.starts_with("could not connect (127.0.0.1)"),
+        "{error}"
+    );
+    assert!(!error.contains("guest"), "{error}");
+}
+
+#[tokio::test]
+async fn start_up_says_plainly_what_is_wrong_with_an_amqp_sink() {
+    let _broker = BROKER.lock().await;
+    let check = |url: String| async move { sink(&url, TIMEOUT, Clock::System).check().await };
+    let wrong = check("amqp://guest:nope@127.0.0.1:5672/%2f".to_owned()).await;
+    assert!(
+        matches!(&wrong, Err(Problem::Wrong(said)) if said.contains("refused the user and password") && !said.contains("nope")),
+        "{wrong:?}"
+    );
+    assert_eq!(
+        check(URL.to_owned()).await,
+        Ok(()),
+        "amq.topic is on every vhost"
+    );
+    let missing = check(format!("{URL}?exchange=webhookd_no_such_exchange")).await;
+    assert!(
+        matches!(&missing, Err(Problem::Wrong(said)) if said.contains("the exchange webhookd_no_such_exchange does not exist")),
+        "{missing:?}"
+    );
+}
