@@ -27,6 +27,37 @@ require_browser() {
         || die "$packages installed, yet chromium or chromedriver is not on PATH"
 }
 
+# The brokers the sink tests deliver to: nats-server (each test starts its
+# own) and RabbitMQ on 127.0.0.1:5672 with guest/guest, which one test
+# restarts with rabbitmqctl. Installs Debian's packages when missing and
+# starts RabbitMQ when nothing listens on its port (as root, else with
+# sudo -n).
+require_brokers() {
+    local sudo="" missing=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo -n true 2>/dev/null \
+            || die "the broker tests need nats-server and a RabbitMQ they may restart: run as root, or with sudo"
+        sudo="sudo -n"
+    fi
+    command -v nats-server >/dev/null 2>&1 || missing="nats-server"
+    command -v rabbitmqctl >/dev/null 2>&1 || missing="$missing rabbitmq-server"
+    if [ -n "$missing" ]; then
+        command -v apt-get >/dev/null 2>&1 || die "the broker tests need$missing (Debian packages)"
+        log "installing$missing (Debian packages)"
+        # shellcheck disable=SC2086
+        $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >&2 \
+            || die "could not install$missing"
+    fi
+    if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+        log "starting RabbitMQ"
+        $sudo service rabbitmq-server start >&2 2>&1 || $sudo rabbitmq-server -detached >&2 \
+            || die "could not start RabbitMQ"
+    fi
+    $sudo timeout 120 rabbitmqctl await_startup >/dev/null 2>&1 \
+        || die "RabbitMQ did not start (rabbitmqctl await_startup)"
+    export WEBHOOKD_RABBITMQCTL="${sudo:+$sudo }rabbitmqctl"
+}
+
 # Directory holding initdb, pg_ctl and postgres; installs Debian's
 # PostgreSQL server package when none is present and we are root.
 pg_bindir() {

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 require_cargo
 require_browser
+require_brokers
 # The whole suite runs part of itself through PgBouncer too, and the tests
 # that start a PgBouncer of their own fail, rather than skip, without it.
 if [ "$#" -eq 0 ]; then

@@ -223,6 +223,8 @@ pub async fn serve(
     pool: sqlx::PgPool,
 ) -> anyhow::Result<()> {
     validate(&settings, database)?;
+    // A broker sink's credentials, exchange or stream, before the database.
+    sink::check_sink(&settings).await?;
     let options = database_options(database)?;
     // Before migrating: sqlx migrates under a session lock, which a
     // transaction pooler would leave on a server connection.
@@ -259,7 +261,6 @@ pub async fn serve(
                 "the outbox drainer polls: LISTEN needs a session, which a transaction pooler does not give (set WEBHOOKD_DIRECT_DATABASE_URL)"
             );
         }
-        sink::check_sink(&settings).await?;
         let drainer = drainer(&settings, pool.clone(), Clock::System)?.listening_on(listen);
         workers.stats.deliveries = Some(drainer.stats().clone());
         // Ingest wakes this drainer directly; LISTEN still hears ingest in

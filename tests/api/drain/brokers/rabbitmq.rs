@@ -146,7 +146,12 @@ async fn channel() -> Channel {
 async fn restart_broker() {
     for step in ["stop_app", "start_app"] {
         let status = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("rabbitmqctl")
+            // `sudo -n rabbitmqctl` where the tests do not run as root.
+            let command =
+                std::env::var("WEBHOOKD_RABBITMQCTL").unwrap_or_else(|_| "rabbitmqctl".to_owned());
+            let mut words = command.split_whitespace();
+            std::process::Command::new(words.next().expect("a command"))
+                .args(words)
                 .arg(step)
                 .stdout(std::process::Stdio::null())
                 .status()
@@ -266,4 +271,61 @@ async fn start_up_says_plainly_what_is_wrong_with_an_amqp_sink() {
         matches!(&missing, Err(Problem::Wrong(said)) if said.contains("the exchange webhookd_no_such_exchange does not exist")),
         "{missing:?}"
     );
+}
+
+/// The binary itself: `config check` and `serve` with credentials RabbitMQ
+/// refuses say so and stop; with a broker that cannot be reached, `config
+/// check` only warns.
+#[tokio::test]
+async fn config_check_and_serve_refuse_credentials_the_broker_refuses() {
+    let _broker = BROKER.lock().await;
+    let run = |args: &'static [&'static str], url: String| async move {
+        tokio::task::spawn_blocking(move || {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_webhookd"))
+                .env_clear()
+                .env("DATABASE_URL", "postgres://app@127.0.0.1:1/webhookd")
+                .env("WEBHOOKD_SINK_URL", url)
+                .args(args)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&output.stdout).into_owned()
+                + &String::from_utf8_lossy(&output.stderr);
+            (output.status.code(), said)
+        })
+        .await
+        .unwrap()
+    };
+    let wrong = "amqp://guest:not-the-password@127.0.0.1:5672/%2f".to_owned();
+    let (code, said) = run(&["config", "check"], wrong.clone()).await;
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("WEBHOOKD_SINK_URL: could not connect (127.0.0.1)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("RabbitMQ refused the user and password"),
+        "{said}"
+    );
+    assert!(!said.contains("not-the-password"), "{said}");
+    // serve stops before it touches the database (none listens on port 1).
+    let (code, said) = run(&["serve"], wrong).await;
+    assert_ne!(code, Some(0), "{said}");
+    assert!(
+        said.contains("RabbitMQ refused the user and password"),
+        "{said}"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    let (code, said) = run(&["config", "check"], down).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.starts_with("warning: WEBHOOKD_SINK_URL: could not connect"),
+        "{said}"
+    );
+    assert!(said.ends_with("ok\n"), "{said}");
 }
