@@ -73,14 +73,21 @@ impl Consumed {
 
 /// `count` rows whose payload names their `n`; their ids and `n`s.
 pub async fn seed(pool: &PgPool, count: i64) -> BTreeMap<i64, i64> {
+    seed_sized(pool, count, 0).await
+}
+
+/// `count` rows whose payload names their `n` and carries a string of
+/// `bytes` bytes; their ids and `n`s.
+pub async fn seed_sized(pool: &PgPool, count: i64, bytes: i32) -> BTreeMap<i64, i64> {
     sqlx::query_as(
         "insert into outbox (topic, dedupe_key, provider, event_id, payload)
          select 'wallet.credited', 'stripe:' || gen_random_uuid(), 'stripe', 'evt_' || g,
-                jsonb_build_object('n', g)
+                jsonb_build_object('n', g, 'blob', repeat('x', $2))
          from generate_series(1, $1) g
          returning id, (payload->>'n')::int8",
     )
     .bind(count)
+    .bind(bytes)
     .fetch_all(pool)
     .await
     .unwrap()
@@ -177,6 +184,37 @@ pub fn drainer(pool: &PgPool, url: &str, timeout: Duration, max_attempts: i32) -
     let sink = sink(url, timeout, clock.clone());
     let drainer = crate::helpers::drainer_on(pool, sink, settings(max_attempts), clock.clone());
     (drainer, clock)
+}
+
+/// Drains every row of `rows` to the broker at `url` as `serve` does
+/// (`run`), with `bound` bytes of payload held at most, and returns the
+/// most the drainer held at once.
+pub async fn drain_within(pool: &PgPool, url: &str, rows: usize, bound: u64) -> u64 {
+    let sink = sink(url, Duration::from_secs(10), Clock::System);
+    let drainer = crate::helpers::drainer_on(
+        pool,
+        sink,
+        webhookd::outbox::DrainerSettings {
+            batch: 50,
+            batch_bytes: bound,
+            concurrency: 8,
+            ..settings(5)
+        },
+        Clock::System,
+    );
+    let stats = drainer.stats().clone();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(drainer.run(shutdown.clone(), Duration::from_secs(5)));
+    super::sink::until_delivered(pool, i64::try_from(rows).unwrap()).await;
+    shutdown.cancel();
+    run.await.unwrap();
+    assert_eq!(
+        stats.held_bytes.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    stats
+        .peak_held_bytes
+        .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The last error of row `id`.

@@ -11,7 +11,10 @@ use sqlx::PgPool;
 use webhookd::clock::Clock;
 use webhookd::sinks::Problem;
 
-use super::{Consumed, assert_exactly, drain_all, drainer, last_error, seed, sink, states};
+use super::{
+    Consumed, assert_exactly, drain_all, drain_within, drainer, last_error, seed, seed_sized, sink,
+    states,
+};
 
 /// A `nats-server -js` of the test's own.
 pub struct NatsServer {
@@ -205,7 +208,7 @@ async fn a_message_the_stream_refuses_is_dead_with_the_reason_and_retry_resends_
     // No stream captures webhookd.>; then one whose messages are small.
     let rows = seed(&pool, 1).await;
     let id = *rows.keys().next().unwrap();
-    let (drainer, _) = drainer(&pool, &server.url(""), TIMEOUT, 5);
+    let (drainer, clock) = drainer(&pool, &server.url(""), TIMEOUT, 5);
     assert_eq!(drainer.drain_once().await.unwrap().dead, 1);
     let error = last_error(&pool, id).await;
     assert!(error.contains("no stream found"), "{error}");
@@ -216,6 +219,8 @@ async fn a_message_the_stream_refuses_is_dead_with_the_reason_and_retry_resends_
         .await
         .unwrap();
     assert_eq!(retried, vec![id]);
+    // Re-queued as of the database\'s now, which has passed the test\'s clock.
+    clock.advance(Duration::from_secs(60));
     assert_eq!(drainer.drain_once().await.unwrap().dead, 1);
     let error = last_error(&pool, id).await;
     assert!(
@@ -233,6 +238,8 @@ async fn a_message_the_stream_refuses_is_dead_with_the_reason_and_retry_resends_
     webhookd::outbox::store::retry_dead(&pool, Some(id))
         .await
         .unwrap();
+    // Re-queued as of the database\'s now, which has passed the test\'s clock.
+    clock.advance(Duration::from_secs(60));
     assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
     assert_exactly(&server.consume("PAYMENTS").await, &rows);
 }
@@ -277,4 +284,17 @@ async fn start_up_says_plainly_what_is_wrong_with_a_nats_sink() {
     drop(server);
     let down = check(format!("nats://127.0.0.1:{port}")).await;
     assert!(matches!(down, Err(Problem::Unreachable(_))), "{down:?}");
+}
+
+#[sqlx::test]
+async fn memory_stays_within_the_byte_bound_publishing_to_a_stream(pool: PgPool) {
+    let server = NatsServer::start().await;
+    server.stream("PAYMENTS", &["webhookd.>"], -1).await;
+    // Rows of 400 KiB (under NATS's 1 MiB max_payload); two fit the bound.
+    let rows = seed_sized(&pool, 40, 400 * 1024).await;
+    let bound = 1024 * 1024;
+    let peak = drain_within(&pool, &server.url("?stream=PAYMENTS"), rows.len(), bound).await;
+    assert!(peak <= bound, "held {peak} bytes at once, over {bound}");
+    assert!(peak > 400 * 1024, "more than one row at a time: {peak}");
+    assert_exactly(&server.consume("PAYMENTS").await, &rows);
 }

@@ -16,7 +16,10 @@ use tokio::sync::Mutex;
 use webhookd::clock::Clock;
 use webhookd::sinks::Problem;
 
-use super::{Consumed, assert_exactly, drain_all, drainer, last_error, seed, sink, states};
+use super::{
+    Consumed, assert_exactly, drain_all, drain_within, drainer, last_error, seed, seed_sized, sink,
+    states,
+};
 
 /// Held by every test here: one of them restarts the broker.
 static BROKER: Mutex<()> = Mutex::const_new(());
@@ -207,7 +210,7 @@ async fn an_unroutable_message_is_dead_with_the_reason_and_retry_resends_it(pool
     route.declare(false).await;
     let rows = seed(&pool, 1).await;
     let id = *rows.keys().next().unwrap();
-    let (drainer, _) = drainer(&pool, &route.url(), TIMEOUT, 5);
+    let (drainer, clock) = drainer(&pool, &route.url(), TIMEOUT, 5);
     assert_eq!(drainer.drain_once().await.unwrap().dead, 1);
     let error = last_error(&pool, id).await;
     assert!(error.contains("NO_ROUTE"), "{error}");
@@ -217,6 +220,8 @@ async fn an_unroutable_message_is_dead_with_the_reason_and_retry_resends_it(pool
     webhookd::outbox::store::retry_dead(&pool, Some(id))
         .await
         .unwrap();
+    // Re-queued as of the database\'s now, which has passed the test\'s clock.
+    clock.advance(Duration::from_secs(60));
     assert_eq!(drainer.drain_once().await.unwrap().delivered, 1);
     assert_exactly(&route.consume().await, &rows);
 
@@ -328,4 +333,22 @@ async fn config_check_and_serve_refuse_credentials_the_broker_refuses() {
         "{said}"
     );
     assert!(said.ends_with("ok\n"), "{said}");
+}
+
+#[sqlx::test]
+async fn memory_stays_within_the_byte_bound_publishing_to_an_exchange(pool: PgPool) {
+    let _broker = BROKER.lock().await;
+    let route = Route::new("memory");
+    route.declare(true).await;
+    // Rows of 2 MiB; two fit the bound, a third does not.
+    let rows = seed_sized(&pool, 30, 2 * 1024 * 1024).await;
+    let bound = 5 * 1024 * 1024;
+    let peak = drain_within(&pool, &route.url(), rows.len(), bound).await;
+    assert!(peak <= bound, "held {peak} bytes at once, over {bound}");
+    assert!(
+        peak > 2 * 1024 * 1024,
+        "more than one row at a time: {peak}"
+    );
+    assert_exactly(&route.consume().await, &rows);
+    route.delete().await;
 }
