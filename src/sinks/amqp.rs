@@ -108,17 +108,10 @@ impl AmqpSink {
     }
 
     pub async fn deliver(&self, message: Message) -> Delivery {
-        let sealed = match self.sealer.seal(message) {
-            Ok(sealed) => sealed,
-            Err(refused) => return refused,
-        };
-        match tokio::time::timeout(self.timeout, self.publish(sealed)).await {
-            Ok(delivery) => delivery,
-            Err(_) => Delivery::Retry {
-                error: format!("no confirm from {} within {:?}", self.host, self.timeout),
-                retry_after: None,
-            },
-        }
+        let late = || format!("no confirm from {}", self.host);
+        self.sealer
+            .send_within(message, self.timeout, late, |sealed| self.publish(sealed))
+            .await
     }
 
     async fn publish(&self, sealed: Envelope) -> Delivery {

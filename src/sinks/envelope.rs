@@ -11,6 +11,8 @@
 //! Webhooks). A body larger than `WEBHOOKD_SINK_MAX_BODY_BYTES` is never
 //! sent: the row is dead-lettered.
 
+use std::time::Duration;
+
 use super::{Delivery, Message};
 use crate::clock::Clock;
 use crate::providers::standard::Signer;
@@ -58,6 +60,28 @@ impl Sealer {
 
     pub fn now(&self) -> i64 {
         self.clock.now()
+    }
+
+    /// Seals `message` and has `send` deliver it within `timeout`; past it,
+    /// a retry saying `late` (no confirm, no ack).
+    pub async fn send_within<F: Future<Output = Delivery>>(
+        &self,
+        message: Message,
+        timeout: Duration,
+        late: impl FnOnce() -> String,
+        send: impl FnOnce(Envelope) -> F,
+    ) -> Delivery {
+        let sealed = match self.seal(message) {
+            Ok(sealed) => sealed,
+            Err(refused) => return refused,
+        };
+        match tokio::time::timeout(timeout, send(sealed)).await {
+            Ok(delivery) => delivery,
+            Err(_) => Delivery::Retry {
+                error: format!("{} within {timeout:?}", late()),
+                retry_after: None,
+            },
+        }
     }
 }
 

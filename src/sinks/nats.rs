@@ -124,17 +124,10 @@ impl NatsSink {
     }
 
     pub async fn deliver(&self, message: Message) -> Delivery {
-        let sealed = match self.sealer.seal(message) {
-            Ok(sealed) => sealed,
-            Err(refused) => return refused,
-        };
-        match tokio::time::timeout(self.timeout, self.publish(sealed)).await {
-            Ok(delivery) => delivery,
-            Err(_) => retry(format!(
-                "no ack from {} within {:?}",
-                self.server, self.timeout
-            )),
-        }
+        let late = || format!("no ack from {}", self.server);
+        self.sealer
+            .send_within(message, self.timeout, late, |sealed| self.publish(sealed))
+            .await
     }
 
     async fn publish(&self, sealed: Envelope) -> Delivery {
