@@ -17,7 +17,9 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
-const DEFAULT_FILTER: &str = "info,sqlx=warn";
+/// lapin's warnings are off: it logs a returned message whole (body and
+/// signature); the sink records why it was returned instead.
+const DEFAULT_FILTER: &str = "info,sqlx=warn,lapin=error";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

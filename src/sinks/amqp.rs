@@ -13,15 +13,22 @@
 //! `message_id` is the outbox id, the `webhook-*` headers are in the
 //! message's header table, `content_type` is `application/json`.
 //!
-//! One connection and one channel serve every delivery at once; a lost one
-//! is opened again by the next delivery. Credentials never leave the URL
-//! given to the client: errors and `Debug` say only the host.
+//! One connection serves every delivery, each on a confirming channel of
+//! its own with no other publish in flight, so that a return or a confirm is
+//! never taken for another message's, and a message the broker refuses
+//! (which closes its channel) fails no other. A message returned for
+//! another id is retried. A connection RabbitMQ blocks (a resource alarm)
+//! is retried at once, without queueing the body; after a timeout the
+//! connection is dropped, with whatever it still had queued, and the next
+//! delivery opens another. Credentials never leave the URL given to the
+//! client: errors and `Debug` say only the host.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
-use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
@@ -44,12 +51,17 @@ pub struct AmqpSink {
     sealer: Sealer,
     timeout: Duration,
     link: Arc<Mutex<Option<Link>>>,
+    /// A delivery timed out: the connection is dropped before the next.
+    stale: Arc<AtomicBool>,
 }
 
-/// The open connection and its confirming channel.
+/// The open connection and its confirming channels with nothing in flight.
 struct Link {
     connection: Connection,
-    channel: Channel,
+    /// Which connection of this sink's this is: a channel goes back only
+    /// to the connection it came from.
+    generation: u64,
+    idle: Vec<Channel>,
 }
 
 impl std::fmt::Debug for AmqpSink {
@@ -86,8 +98,16 @@ impl AmqpSink {
             })
             .collect();
         parsed.set_query(None);
-        if !kept.is_empty() {
-            parsed.query_pairs_mut().extend_pairs(kept);
+        if !kept.iter().any(|(key, _)| key == "connection_timeout") {
+            // Milliseconds: a connect never outlives a delivery's timeout.
+            let millis = timeout.as_millis().max(1).to_string();
+            parsed
+                .query_pairs_mut()
+                .append_pair("connection_timeout", &millis);
+        }
+        parsed.query_pairs_mut().extend_pairs(kept);
+        if parsed.query() == Some("") {
+            parsed.set_query(None);
         }
         let uri: Arc<str> = parsed.as_str().into();
         uri.parse::<lapin::uri::AMQPUri>().map_err(|error| {
@@ -100,6 +120,7 @@ impl AmqpSink {
             sealer,
             timeout,
             link: Arc::default(),
+            stale: Arc::default(),
         })
     }
 
@@ -108,15 +129,24 @@ impl AmqpSink {
     }
 
     pub async fn deliver(&self, message: Message) -> Delivery {
-        let late = || format!("no confirm from {}", self.host);
+        let late = || {
+            self.stale.store(true, Ordering::Relaxed);
+            format!("no confirm from {}", self.host)
+        };
         self.sealer
             .send_within(message, self.timeout, late, |sealed| self.publish(sealed))
             .await
     }
 
     async fn publish(&self, sealed: Envelope) -> Delivery {
-        let channel = match self.channel().await {
-            Ok(channel) => channel,
+        let (generation, channel) = match self.channel().await {
+            Ok(Some(taken)) => taken,
+            Ok(None) => {
+                return retry(format!(
+                    "{} blocks publishers (a resource alarm: memory or disk)",
+                    self.host
+                ));
+            }
             Err(error) => return retry(self.describe("could not connect", &error)),
         };
         let mut headers = FieldTable::default();
@@ -147,9 +177,17 @@ impl AmqpSink {
             Ok(confirm) => confirm.await,
             Err(error) => Err(error),
         };
-        match confirmed {
+        let delivery = match confirmed {
             Ok(Confirmation::Ack(None)) => Delivery::Delivered,
-            Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
+            Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)))
+                if returned
+                    .delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|id| id.as_str())
+                    == Some(sealed.id.as_str()) =>
+            {
                 Delivery::Permanent {
                     error: format!(
                         "returned by {}: {} {} (no queue bound to exchange {} for routing key {})",
@@ -161,96 +199,141 @@ impl AmqpSink {
                     ),
                 }
             }
+            // Never counted delivered, never dead for another's reason.
+            Ok(Confirmation::Ack(Some(_)) | Confirmation::Nack(Some(_))) => {
+                return retry(format!("{} returned another message", self.host));
+            }
             Ok(Confirmation::Nack(None)) => retry(format!(
                 "nacked by {}: the broker could not take it",
                 self.host
             )),
             // The channel lost confirm mode: never count it delivered.
             Ok(Confirmation::NotRequested) => {
-                retry("the channel is not in confirm mode".to_owned())
+                return retry("the channel is not in confirm mode".to_owned());
             }
-            // A refused message closes the channel, a lost connection both:
-            // the next delivery opens them again.
-            Err(error) => match refusal(&error) {
-                Some(Refusal::ForGood) => Delivery::Permanent {
-                    error: self.describe("refused", &error),
-                },
-                _ => retry(self.describe("publish failed", &error)),
-            },
-        }
+            // A refused message closes its channel (and no other message is
+            // in flight on it); a lost connection, every channel: the next
+            // delivery opens them again.
+            Err(error) => {
+                return match refusal(&error) {
+                    Some(Refusal::NotFound | Refusal::TooLarge) => Delivery::Permanent {
+                        error: self.describe("refused", &error),
+                    },
+                    _ => retry(self.describe("publish failed", &error)),
+                };
+            }
+        };
+        self.put_back((generation, channel)).await;
+        delivery
     }
 
-    /// The open channel, opening the connection or the channel again when
-    /// the last one was closed (by a refusal, a lost connection, a missed
-    /// heartbeat).
-    async fn channel(&self) -> Result<Channel, lapin::Error> {
+    /// A confirming channel with nothing in flight, the connection opened
+    /// (again) when there is none, it was lost, or a delivery timed out on
+    /// it; `None` while RabbitMQ blocks the connection.
+    async fn channel(&self) -> Result<Option<(u64, Channel)>, lapin::Error> {
         let mut link = self.link.lock().await;
-        if let Some(open) = link.as_ref() {
-            if open.channel.status().connected() {
-                return Ok(open.channel.clone());
-            }
-            if open.connection.status().connected() {
-                let channel = confirming(&open.connection).await?;
-                link.as_mut().expect("just read").channel = channel.clone();
-                return Ok(channel);
+        let lost = link
+            .as_ref()
+            .is_some_and(|open| !open.connection.status().connected());
+        let mut generation = link.as_ref().map_or(0, |open| open.generation);
+        if (self.stale.swap(false, Ordering::Relaxed) || lost)
+            && let Some(old) = link.take()
+        {
+            generation += 1;
+            // Whatever it still had queued goes with it.
+            tokio::spawn(async move {
+                let _ = old.connection.close(200, "reopened".into()).await;
+            });
+        }
+        let open = match link.as_mut() {
+            Some(open) => open,
+            None => link.insert(Link {
+                connection: Connection::connect(
+                    &self.uri,
+                    ConnectionProperties::default().with_connection_name("webhookd".into()),
+                )
+                .await?,
+                generation,
+                idle: Vec::new(),
+            }),
+        };
+        if open.connection.status().blocked() {
+            return Ok(None);
+        }
+        while let Some(channel) = open.idle.pop() {
+            if channel.status().connected() {
+                return Ok(Some((open.generation, channel)));
             }
         }
-        *link = None;
-        let connection = Connection::connect(
-            &self.uri,
-            ConnectionProperties::default().with_connection_name("webhookd".into()),
-        )
-        .await?;
-        let channel = confirming(&connection).await?;
-        *link = Some(Link {
-            connection,
-            channel: channel.clone(),
-        });
-        Ok(channel)
+        let channel = open.connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(Some((open.generation, channel)))
+    }
+
+    /// Gives back a channel whose publish was settled, while the
+    /// connection it came from is the one in use.
+    async fn put_back(&self, (generation, channel): (u64, Channel)) {
+        let mut link = self.link.lock().await;
+        if let Some(open) = link.as_mut()
+            && open.generation == generation
+            && channel.status().connected()
+        {
+            open.idle.push(channel);
+        }
     }
 
     /// Connects and checks the exchange exists (a passive declare), for
-    /// start-up and `config check`: what is wrong, in words.
+    /// start-up and `config check`: what is wrong, in words. Only what the
+    /// broker says is wrong; a failure on the way is `Unreachable`.
     pub async fn check(&self) -> Result<(), Problem> {
         let attempt = async {
             let connection = Connection::connect(&self.uri, ConnectionProperties::default())
                 .await
-                .map_err(|error| (refusal(&error), self.describe("could not connect", &error)))?;
-            let channel = connection
-                .create_channel()
-                .await
-                .map_err(|error| (None, self.describe("could not open a channel", &error)))?;
-            let declared = channel
-                .exchange_declare(
-                    self.exchange.as_str().into(),
-                    ExchangeKind::Topic,
-                    ExchangeDeclareOptions {
-                        passive: true,
-                        ..ExchangeDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await;
+                .map_err(|error| {
+                    let said = self.describe("could not connect", &error);
+                    match refusal(&error) {
+                        Some(Refusal::Credentials) => Problem::Wrong(format!(
+                            "{said}: RabbitMQ refused the user and password in the sink's URL"
+                        )),
+                        Some(Refusal::NotAllowed) => Problem::Wrong(format!(
+                            "{said}: the vhost in the sink's URL does not exist, or the user may not use it"
+                        )),
+                        _ => Problem::Unreachable(said),
+                    }
+                })?;
+            let declared = async {
+                connection
+                    .create_channel()
+                    .await?
+                    .exchange_declare(
+                        self.exchange.as_str().into(),
+                        ExchangeKind::Topic,
+                        ExchangeDeclareOptions {
+                            passive: true,
+                            ..ExchangeDeclareOptions::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await
+            }
+            .await;
             let _ = connection.close(200, "checked".into()).await;
-            declared.map_err(|error| {
-                (
-                    Some(Refusal::ForGood),
-                    format!(
-                        "the exchange {} does not exist on {} ({}): declare it, or name another with ?exchange=",
-                        self.exchange,
-                        self.host,
-                        super::with_causes(String::new(), &error).trim_start_matches(": ")
-                    ),
-                )
+            declared.map_err(|error| match refusal(&error) {
+                Some(Refusal::NotFound) => Problem::Wrong(format!(
+                    "the exchange {} does not exist on {}: declare it, or name another with ?exchange=",
+                    self.exchange, self.host,
+                )),
+                Some(Refusal::Credentials) => Problem::Wrong(format!(
+                    "the user in the sink's URL may not use the exchange {} on {}",
+                    self.exchange, self.host,
+                )),
+                _ => Problem::Unreachable(self.describe("could not check the exchange", &error)),
             })
         };
         match tokio::time::timeout(self.timeout, attempt).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err((Some(Refusal::Credentials), said))) => Err(Problem::Wrong(format!(
-                "{said}: RabbitMQ refused the user and password in the sink's URL"
-            ))),
-            Ok(Err((Some(Refusal::ForGood), said))) => Err(Problem::Wrong(said)),
-            Ok(Err((None, said))) => Err(Problem::Unreachable(said)),
+            Ok(checked) => checked,
             Err(_) => Err(Problem::Unreachable(format!(
                 "{} did not answer within {:?}",
                 self.host, self.timeout
@@ -270,21 +353,16 @@ fn retry(error: String) -> Delivery {
     }
 }
 
-/// A channel of `connection` in confirm mode.
-async fn confirming(connection: &Connection) -> Result<Channel, lapin::Error> {
-    let channel = connection.create_channel().await?;
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-    Ok(channel)
-}
-
 /// How the broker refused, if it did.
 enum Refusal {
-    /// No such exchange, a message over its limit.
-    ForGood,
-    /// The user or password, or the user's rights on the vhost.
+    /// No such exchange (404).
+    NotFound,
+    /// A message over its limit (406, 311).
+    TooLarge,
+    /// The user or password, or the user's rights (403).
     Credentials,
+    /// No such vhost, or not the user's (530).
+    NotAllowed,
 }
 
 /// What `error` says the broker refused, if anything.
@@ -293,16 +371,15 @@ fn refusal(error: &lapin::Error) -> Option<Refusal> {
         return None;
     };
     match amqp.kind() {
-        AMQPErrorKind::Soft(
-            AMQPSoftError::NOTFOUND
-            | AMQPSoftError::PRECONDITIONFAILED
-            | AMQPSoftError::CONTENTTOOLARGE,
-        ) => Some(Refusal::ForGood),
+        AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND) => Some(Refusal::NotFound),
+        AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED | AMQPSoftError::CONTENTTOOLARGE) => {
+            Some(Refusal::TooLarge)
+        }
         AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => Some(Refusal::Credentials),
+        AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) => Some(Refusal::NotAllowed),
         _ => None,
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

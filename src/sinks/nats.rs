@@ -19,7 +19,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::context::{
+    GetStreamByNameErrorKind, GetStreamErrorKind, PublishErrorKind,
+};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, ErrorCode};
 use async_nats::{ConnectErrorKind, ConnectOptions};
@@ -30,6 +32,10 @@ use super::{Delivery, Message, Problem};
 
 /// The subject prefix when the URL names none.
 pub const DEFAULT_SUBJECT_PREFIX: &str = "webhookd";
+
+/// Commands the client queues to send; its default (2,048) could hold as
+/// many bodies while a connection stalls.
+const CLIENT_CAPACITY: usize = 128;
 
 #[derive(Clone)]
 pub struct NatsSink {
@@ -140,6 +146,11 @@ impl NatsSink {
                 ));
             }
         };
+        if context.client().connection_state() != async_nats::connection::State::Connected {
+            // Not queued meanwhile: the client would hold every body until
+            // it reconnects.
+            return retry(format!("not connected to {} (reconnecting)", self.server));
+        }
         let mut publish = PublishMessage::build()
             .message_id(&sealed.id)
             .header("Content-Type", "application/json");
@@ -161,7 +172,9 @@ impl NatsSink {
             Ok(_) => Delivery::Delivered,
             Err(error) => {
                 let said = super::with_causes(format!("{subject} on {}", self.server), &error);
-                if refused_for_good(&error) {
+                if refused_for_good(&error)
+                    && no_stream_unless_asked(&context, &error, &subject).await
+                {
                     Delivery::Permanent { error: said }
                 } else {
                     retry(said)
@@ -196,6 +209,8 @@ impl NatsSink {
             .name("webhookd")
             .connection_timeout(self.timeout)
             .max_reconnects(None)
+            // Few commands queued: a publish is not sent while disconnected.
+            .client_capacity(CLIENT_CAPACITY)
     }
 
     /// Connects and checks the stream exists, for start-up and `config
@@ -226,13 +241,19 @@ impl NatsSink {
             let mut context = jetstream::new(client);
             context.set_timeout(self.timeout);
             let info = context.get_stream(stream).await.map_err(|error| {
-                Problem::Wrong(super::with_causes(
-                    format!(
+                if let GetStreamErrorKind::JetStream(refused) = error.kind()
+                    && refused.error_code() == ErrorCode::STREAM_NOT_FOUND
+                {
+                    Problem::Wrong(format!(
                         "the stream {stream} does not exist on {} (webhookd never creates one)",
                         self.server
-                    ),
-                    &error,
-                ))
+                    ))
+                } else {
+                    Problem::Unreachable(super::with_causes(
+                        format!("could not read the stream {stream} on {}", self.server),
+                        &error,
+                    ))
+                }
             })?;
             let subjects = &info.cached_info().config.subjects;
             let probe = self.subject("wallet.credited");
@@ -284,6 +305,23 @@ fn refused_for_good(error: &jetstream::context::PublishError) -> bool {
             }),
         _ => false,
     }
+}
+
+/// Whether a "no stream" answer holds: "no responders" also comes while a
+/// stream's leader is being elected or JetStream is still starting, so it
+/// is dead only when JetStream itself says no stream captures `subject`.
+async fn no_stream_unless_asked(
+    context: &jetstream::Context,
+    error: &jetstream::context::PublishError,
+    subject: &str,
+) -> bool {
+    if error.kind() != PublishErrorKind::StreamNotFound {
+        return true;
+    }
+    matches!(
+        context.stream_by_subject(subject).await,
+        Err(asked) if asked.kind() == GetStreamByNameErrorKind::NotFound
+    )
 }
 
 /// Whether a NATS subject pattern (`*` one token, `>` the rest) matches.

@@ -180,9 +180,24 @@ pub fn sink(url: &str, timeout: Duration, clock: Clock) -> Sink {
 /// runs on: one the test moves, a second past now (rows written now are
 /// due).
 pub fn drainer(pool: &PgPool, url: &str, timeout: Duration, max_attempts: i32) -> (Drainer, Clock) {
+    drainer_paced(pool, url, timeout, max_attempts, 8)
+}
+
+/// [`drainer`] with `concurrency` deliveries in flight at most.
+pub fn drainer_paced(
+    pool: &PgPool,
+    url: &str,
+    timeout: Duration,
+    max_attempts: i32,
+    concurrency: usize,
+) -> (Drainer, Clock) {
     let clock = Clock::manual(Clock::System.now() + 1);
     let sink = sink(url, timeout, clock.clone());
-    let drainer = crate::helpers::drainer_on(pool, sink, settings(max_attempts), clock.clone());
+    let settings = webhookd::outbox::DrainerSettings {
+        concurrency,
+        ..settings(max_attempts)
+    };
+    let drainer = crate::helpers::drainer_on(pool, sink, settings, clock.clone());
     (drainer, clock)
 }
 

@@ -1,7 +1,8 @@
 //! The `amqp://` sink against the machine's RabbitMQ (127.0.0.1:5672,
 //! guest/guest; `scripts/test.sh` starts it). Each test has its own
-//! exchange and queue; the test that restarts the broker holds
-//! [`BROKER`] so that no other test here loses its connection meanwhile.
+//! exchange and queue, named afresh each run; every test here holds
+//! [`exclusive`] (a lock in this process and a file lock across
+//! processes), because one of them restarts the broker.
 
 use std::time::Duration;
 
@@ -17,12 +18,37 @@ use webhookd::clock::Clock;
 use webhookd::sinks::Problem;
 
 use super::{
-    Consumed, assert_exactly, drain_all, drain_within, drainer, last_error, seed, seed_sized, sink,
-    states,
+    Consumed, assert_exactly, drain_all, drain_within, drainer, drainer_paced, last_error, seed,
+    seed_sized, sink, states,
 };
 
-/// Held by every test here: one of them restarts the broker.
+/// Held by every test here, with a file lock: one of them restarts the
+/// broker.
 static BROKER: Mutex<()> = Mutex::const_new(());
+
+/// The broker to this test alone, until dropped.
+struct Exclusive {
+    _guard: tokio::sync::MutexGuard<'static, ()>,
+    _file: std::fs::File,
+}
+
+async fn exclusive() -> Exclusive {
+    let guard = BROKER.lock().await;
+    let file = tokio::task::spawn_blocking(|| {
+        use std::os::fd::AsRawFd;
+        let path = std::env::temp_dir().join("webhookd-tests-rabbitmq.lock");
+        let file = std::fs::File::create(path).unwrap();
+        // SAFETY: flock on a descriptor this function owns.
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
+        file
+    })
+    .await
+    .unwrap();
+    Exclusive {
+        _guard: guard,
+        _file: file,
+    }
+}
 
 pub const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -34,7 +60,12 @@ struct Route {
 
 impl Route {
     fn new(name: &str) -> Route {
-        let unique = format!("webhookd_test_{name}_{}", std::process::id());
+        // Unique across runs: a queue a failed run left holds its messages.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let unique = format!("webhookd_test_{name}_{}_{nanos}", std::process::id());
         Route {
             exchange: unique.clone(),
             queue: unique,
@@ -43,6 +74,11 @@ impl Route {
 
     /// Declares the exchange; with `bound`, a queue bound to every topic.
     async fn declare(&self, bound: bool) {
+        self.declare_bound(bound.then_some("#")).await;
+    }
+
+    /// Declares the exchange and, with `binding`, a queue bound by it.
+    async fn declare_bound(&self, binding: Option<&str>) {
         let channel = channel().await;
         channel
             .exchange_declare(
@@ -56,7 +92,7 @@ impl Route {
             )
             .await
             .unwrap();
-        if bound {
+        if let Some(binding) = binding {
             channel
                 .queue_declare(
                     self.queue.as_str().into(),
@@ -72,7 +108,7 @@ impl Route {
                 .queue_bind(
                     self.queue.as_str().into(),
                     self.exchange.as_str().into(),
-                    "#".into(),
+                    binding.into(),
                     QueueBindOptions::default(),
                     FieldTable::default(),
                 )
@@ -181,12 +217,14 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 #[sqlx::test]
 async fn two_thousand_rows_arrive_across_a_broker_restart(pool: PgPool) {
-    let _broker = BROKER.lock().await;
+    let _broker = exclusive().await;
     let route = Route::new("restart");
     route.declare(true).await;
     let rows = seed(&pool, 2000).await;
-    let (drainer, clock) = drainer(&pool, &route.url(), TIMEOUT, 1000);
-    drain_all(&pool, &drainer, &clock, 700, restart_broker()).await;
+    // One publish at a time: rabbitmqctl takes a second or two to act, and
+    // the rows must not all be through by then.
+    let (drainer, clock) = drainer_paced(&pool, &route.url(), TIMEOUT, 1000, 1);
+    drain_all(&pool, &drainer, &clock, 300, restart_broker()).await;
     assert_eq!(states(&pool).await, (2000, 0, 0));
     let retried: i64 = sqlx::query_scalar("select count(*) from outbox where attempts > 1")
         .fetch_one(&pool)
@@ -205,7 +243,7 @@ async fn two_thousand_rows_arrive_across_a_broker_restart(pool: PgPool) {
 
 #[sqlx::test]
 async fn an_unroutable_message_is_dead_with_the_reason_and_retry_resends_it(pool: PgPool) {
-    let _broker = BROKER.lock().await;
+    let _broker = exclusive().await;
     let route = Route::new("unroutable");
     route.declare(false).await;
     let rows = seed(&pool, 1).await;
@@ -259,7 +297,7 @@ async fn a_broker_unreachable_is_retried_not_dead(pool: PgPool) {
 
 #[tokio::test]
 async fn start_up_says_plainly_what_is_wrong_with_an_amqp_sink() {
-    let _broker = BROKER.lock().await;
+    let _broker = exclusive().await;
     let check = |url: String| async move { sink(&url, TIMEOUT, Clock::System).check().await };
     let wrong = check("amqp://guest:nope@127.0.0.1:5672/%2f".to_owned()).await;
     assert!(
@@ -283,7 +321,7 @@ async fn start_up_says_plainly_what_is_wrong_with_an_amqp_sink() {
 /// check` only warns.
 #[tokio::test]
 async fn config_check_and_serve_refuse_credentials_the_broker_refuses() {
-    let _broker = BROKER.lock().await;
+    let _broker = exclusive().await;
     let run = |args: &'static [&'static str], url: String| async move {
         tokio::task::spawn_blocking(move || {
             let output = std::process::Command::new(env!("CARGO_BIN_EXE_webhookd"))
@@ -337,7 +375,7 @@ async fn config_check_and_serve_refuse_credentials_the_broker_refuses() {
 
 #[sqlx::test]
 async fn memory_stays_within_the_byte_bound_publishing_to_an_exchange(pool: PgPool) {
-    let _broker = BROKER.lock().await;
+    let _broker = exclusive().await;
     let route = Route::new("memory");
     route.declare(true).await;
     // Rows of 2 MiB; two fit the bound, a third does not.
@@ -350,5 +388,51 @@ async fn memory_stays_within_the_byte_bound_publishing_to_an_exchange(pool: PgPo
         "more than one row at a time: {peak}"
     );
     assert_exactly(&route.consume().await, &rows);
+    route.delete().await;
+}
+
+/// Deliveries in flight at once, some returned unroutable: each return is
+/// matched to its own message, so exactly the unroutable rows are dead and
+/// every routed one is delivered.
+#[sqlx::test]
+async fn concurrent_returns_are_each_matched_to_their_own_message(pool: PgPool) {
+    let _broker = exclusive().await;
+    let route = Route::new("returns");
+    route.declare_bound(Some("wallet.*")).await;
+    let topics: Vec<(i64, String)> = sqlx::query_as(
+        "insert into outbox (topic, dedupe_key, provider, event_id, payload)
+         select case when g % 3 = 0 then 'payment.failed' else 'wallet.credited' end,
+                'stripe:' || gen_random_uuid(), 'stripe', 'evt_' || g, jsonb_build_object('n', g)
+         from generate_series(1, 120) g
+         returning id, topic",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let (drainer, clock) = drainer(&pool, &route.url(), TIMEOUT, 5);
+    drain_all(&pool, &drainer, &clock, 0, async {}).await;
+    let dead: std::collections::BTreeSet<i64> =
+        sqlx::query_scalar("select id from outbox where dead_at is not null")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    let unroutable: std::collections::BTreeSet<i64> = topics
+        .iter()
+        .filter(|(_, topic)| topic == "payment.failed")
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(dead, unroutable, "exactly the unroutable rows are dead");
+    assert_eq!(states(&pool).await, (80, 40, 0));
+    let routed: std::collections::BTreeMap<i64, i64> = sqlx::query_as(
+        "select id, (payload->>'n')::int8 from outbox where topic = 'wallet.credited'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert_exactly(&route.consume().await, &routed);
     route.delete().await;
 }
