@@ -108,6 +108,20 @@ pub fn assert_exactly(consumed: &[Consumed], rows: &BTreeMap<i64, i64>) -> usize
     consumed.len()
 }
 
+/// That all `rows` of the outbox are delivered, some of them only after a
+/// failed attempt (the broker's restart cut them).
+pub async fn assert_delivered_after_retries(pool: &PgPool, rows: i64) {
+    assert_eq!(states(pool).await, (rows, 0, 0));
+    let retried: i64 = sqlx::query_scalar("select count(*) from outbox where attempts > 1")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(
+        retried > 0,
+        "the restart cut deliveries, which were retried"
+    );
+}
+
 /// Counts of the outbox by state.
 pub async fn states(pool: &PgPool) -> (i64, i64, i64) {
     sqlx::query_as(
