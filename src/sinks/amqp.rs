@@ -24,7 +24,7 @@
 //! client: errors and `Debug` say only the host.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
@@ -53,6 +53,8 @@ pub struct AmqpSink {
     link: Arc<Mutex<Option<Link>>>,
     /// A delivery timed out: the connection is dropped before the next.
     stale: Arc<AtomicBool>,
+    /// Connections opened so far: each one's `Link::generation`.
+    opened: Arc<AtomicU64>,
 }
 
 /// The open connection and its confirming channels with nothing in flight.
@@ -126,6 +128,7 @@ impl AmqpSink {
             timeout,
             link: Arc::default(),
             stale: Arc::default(),
+            opened: Arc::default(),
         })
     }
 
@@ -240,11 +243,9 @@ impl AmqpSink {
         let lost = link
             .as_ref()
             .is_some_and(|open| !open.connection.status().connected());
-        let mut generation = link.as_ref().map_or(0, |open| open.generation);
         if (self.stale.swap(false, Ordering::Relaxed) || lost)
             && let Some(old) = link.take()
         {
-            generation += 1;
             // Whatever it still had queued goes with it.
             tokio::spawn(async move {
                 let _ = old.connection.close(200, "reopened".into()).await;
@@ -258,7 +259,7 @@ impl AmqpSink {
                     ConnectionProperties::default().with_connection_name("webhookd".into()),
                 )
                 .await?,
-                generation,
+                generation: self.opened.fetch_add(1, Ordering::Relaxed),
                 idle: Vec::new(),
             }),
         };
