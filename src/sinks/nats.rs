@@ -172,9 +172,7 @@ impl NatsSink {
             Ok(_) => Delivery::Delivered,
             Err(error) => {
                 let said = super::with_causes(format!("{subject} on {}", self.server), &error);
-                if refused_for_good(&error)
-                    && no_stream_unless_asked(&context, &error, &subject).await
-                {
+                if refused_for_good(&context, &error, &subject).await {
                     Delivery::Permanent { error: said }
                 } else {
                     retry(said)
@@ -290,10 +288,20 @@ fn retry(error: String) -> Delivery {
 
 /// Whether the server refused the message for good: no stream captures its
 /// subject, another stream does, or it is over a size limit. A full stream
-/// or a lost ack is worth another try.
-fn refused_for_good(error: &jetstream::context::PublishError) -> bool {
+/// or a lost ack is worth another try, and so is "no responders" unless
+/// JetStream, asked, says no stream captures `subject`: it also comes while
+/// a stream's leader is being elected or the server is still starting.
+async fn refused_for_good(
+    context: &jetstream::Context,
+    error: &jetstream::context::PublishError,
+    subject: &str,
+) -> bool {
     match error.kind() {
-        PublishErrorKind::StreamNotFound | PublishErrorKind::MaxPayloadExceeded => true,
+        PublishErrorKind::StreamNotFound => matches!(
+            context.stream_by_subject(subject).await,
+            Err(asked) if asked.kind() == GetStreamByNameErrorKind::NotFound
+        ),
+        PublishErrorKind::MaxPayloadExceeded => true,
         PublishErrorKind::Other => std::error::Error::source(error)
             .and_then(|source| source.downcast_ref::<jetstream::Error>())
             .is_some_and(|refused| {
@@ -305,23 +313,6 @@ fn refused_for_good(error: &jetstream::context::PublishError) -> bool {
             }),
         _ => false,
     }
-}
-
-/// Whether a "no stream" answer holds: "no responders" also comes while a
-/// stream's leader is being elected or JetStream is still starting, so it
-/// is dead only when JetStream itself says no stream captures `subject`.
-async fn no_stream_unless_asked(
-    context: &jetstream::Context,
-    error: &jetstream::context::PublishError,
-    subject: &str,
-) -> bool {
-    if error.kind() != PublishErrorKind::StreamNotFound {
-        return true;
-    }
-    matches!(
-        context.stream_by_subject(subject).await,
-        Err(asked) if asked.kind() == GetStreamByNameErrorKind::NotFound
-    )
 }
 
 /// Whether a NATS subject pattern (`*` one token, `>` the rest) matches.

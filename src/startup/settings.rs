@@ -249,7 +249,7 @@ mod tests {
         let error = validate(&settings, &database).unwrap_err().to_string();
         for problem in [
             "DATABASE_URL is not set",
-            "WEBHOOKD_SINK_URL is set but WEBHOOKD_SINK_SECRET is not",
+            "WEBHOOKD_SINK_URL: an HTTP sink needs its secret (WEBHOOKD_SINK_SECRET)",
             "WEBHOOKD_OUTBOX_LEASE must exceed WEBHOOKD_SINK_TIMEOUT",
             "WEBHOOKD_ADMIN_LISTEN is the same address as WEBHOOKD_LISTEN",
             "WEBHOOKD_ADMIN_TOKEN is too short (7 characters)",
