@@ -78,6 +78,9 @@ claim = bind(statement("pg_try_advisory_xact_lock(hash)"), [
     # What may wait for the credit, read after the locks
     # (Decoded::awaited): its payment. Nothing else asks it again.
     "array['stripe']", f"array[{INTENT}]",
+    # The event's own time: a fresh event, so the claim reads this month's
+    # partition (event_month_floor) and the legacy one.
+    "array[extract(epoch from now())::bigint]",
 ])
 post = bind(statement("insert into wallet_entries\n"), [
     f"array[{USER}]", "array['USD']", "array[:amount::bigint]", "array['credit']", "array['stripe']",

@@ -86,7 +86,9 @@ pub fn claim_key(provider: &str, event_id: &str) -> String {
 /// A claim is the advisory lock of the event's id ([`claim_key`]), not a
 /// row: the event's row is written once, with its outcome, at the end of
 /// the transaction ([`record_claimed`]). Whether an event is recorded is
-/// read by the same statement; when a claim had to wait (a copy of the
+/// read by the same statement, in the months a copy of it can be in: from
+/// the month of its `created` less a day (`event_month_floor`, [`partitions`])
+/// and the legacy partition. When a claim had to wait (a copy of the
 /// event was in flight, and its transaction has ended since), the events
 /// are read again in a statement of their own, which sees what that copy
 /// committed. Every other writer of `processed_events` (an import,
@@ -104,6 +106,7 @@ pub async fn claim_and_lock(
 ) -> Result<Claimed, sqlx::Error> {
     let providers: Vec<&str> = claims.iter().map(|c| c.event.provider()).collect();
     let event_ids: Vec<&str> = claims.iter().map(|c| c.event.event_id()).collect();
+    let created: Vec<Option<i64>> = claims.iter().map(|c| c.event.created()).collect();
     let claim_keys: Vec<String> = claims
         .iter()
         .map(|c| claim_key(c.event.provider(), c.event.event_id()))
@@ -123,13 +126,15 @@ pub async fn claim_and_lock(
     let rows = sqlx::query!(
         r#"
         with input as (
-            select * from unnest($1::text[], $2::text[], $7::text[]) with ordinality
-                as input (provider, event_id, claim_key, position)
+            select * from unnest($1::text[], $2::text[], $7::text[], $10::bigint[]) with ordinality
+                as input (provider, event_id, claim_key, created, position)
         ), new as (
             select (min(position) - 1)::int as index, provider, event_id, claim_key
             from input
             where not exists (select from processed_events e
-                              where e.provider = input.provider and e.event_id = input.event_id)
+                              where e.provider = input.provider and e.event_id = input.event_id
+                                and (e.month >= event_month_floor(input.created)
+                                     or e.month = date '1970-01-01'))
             group by provider, event_id, claim_key
         ), lock as (
             select $6::smallint as class, hashtextextended(claim_key, 0) as hash
@@ -166,6 +171,7 @@ pub async fn claim_and_lock(
         &claim_keys,
         &probe_providers as &[&str],
         &probe_keys as &[&str],
+        &created as &[Option<i64>],
     )
     .fetch_all(&mut *conn)
     .await?;

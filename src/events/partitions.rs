@@ -5,10 +5,13 @@
 //!
 //! Which partition a row is in never decides whether it is a duplicate:
 //! every writer claims the event id first (an advisory lock,
-//! [`super::claim_key`]) and then reads whether it is recorded, a read that
-//! probes every partition. A row may move to a later month ([`retire`]
-//! moves the rows it keeps, a release or a replay moves the row it
-//! records), never to an earlier one.
+//! [`super::claim_key`]) and then reads whether it is recorded. A row is
+//! written after its provider created the event and may move to a later
+//! month ([`retire`] moves the rows it keeps, a release or a replay moves
+//! the row it records), never to an earlier one; so the engine's claim
+//! reads only the months from that of the event's `created` less a day
+//! (`event_month_floor`, for a provider's clock ahead of ours) and the
+//! legacy partition, and every other read probes every partition.
 
 use sqlx::PgPool;
 

@@ -155,17 +155,29 @@ async fn the_months_ahead_exist_and_making_sure_again_changes_nothing(pool: PgPo
     assert_eq!(later.len(), 3, "{later:?}");
 }
 
+/// `body` as its provider would have stamped it at `at` (Unix seconds):
+/// what a copy of an event first received then carries.
+fn created_at(body: &str, at: i64) -> String {
+    let mut event: serde_json::Value = serde_json::from_str(body).unwrap();
+    event["created"] = at.into();
+    event.to_string()
+}
+
 #[sqlx::test]
 async fn a_copy_in_a_later_month_is_a_duplicate_sequentially_and_concurrently(pool: PgPool) {
     let app = spawn_app(pool.clone()).await;
+    // Created and first received in the last second of a month long past.
+    let boundary = months_ago(&pool, 3, 1, "00:00").await - 1;
     let bodies: Vec<String> = (0..6)
-        .map(|n| payment_intent_succeeded(&format!("evt_{n}"), &format!("pi_{n}"), "user_1", 100))
+        .map(|n| {
+            let body =
+                payment_intent_succeeded(&format!("evt_{n}"), &format!("pi_{n}"), "user_1", 100);
+            created_at(&body, boundary)
+        })
         .collect();
     for body in &bodies {
         app.deliver(body, "processed").await;
     }
-    // First received in the last second of a month long past.
-    let boundary = months_ago(&pool, 3, 1, "00:00").await - 1;
     received_at(&pool, "event_id like 'evt_%'", boundary).await;
     let old = partition_of(&pool, "evt_0").await.unwrap();
 
@@ -191,7 +203,10 @@ async fn a_copy_in_a_later_month_is_a_duplicate_sequentially_and_concurrently(po
     // A copy in flight in the old month (its claim held, its row written
     // there, not committed) while 8 copies arrive now: each waits for the
     // claim and then finds the row across the boundary.
-    let fresh = payment_intent_succeeded("evt_fresh", "pi_fresh", "user_2", 70);
+    let fresh = created_at(
+        &payment_intent_succeeded("evt_fresh", "pi_fresh", "user_2", 70),
+        boundary,
+    );
     let mut in_flight = pool.begin().await.unwrap();
     sqlx::query("select pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(events::claim_key("stripe", "evt_fresh"))
@@ -228,6 +243,49 @@ async fn a_copy_in_a_later_month_is_a_duplicate_sequentially_and_concurrently(po
         None,
         "the copy in flight applied nothing, and no copy applied it again"
     );
+}
+
+/// The claim reads the months from that of an event's `created` less a
+/// day (`event_month_floor`): a copy is found in the month before its
+/// `created` when the provider's clock ran ahead of ours, and in any month
+/// when its `created` is further ahead than that, or missing.
+#[sqlx::test]
+async fn a_copy_is_found_whatever_the_providers_clock_said(pool: PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let now = db_now(&pool).await;
+    // Received in the last second of a month, stamped 30 s into the next.
+    let boundary = months_ago(&pool, 3, 1, "00:00").await - 1;
+    let ahead = created_at(
+        &payment_intent_succeeded("evt_ahead", "pi_ahead", "user_1", 100),
+        boundary + 31,
+    );
+    // Stamped 40 days ahead of the database's clock, received months ago.
+    let future = created_at(
+        &payment_intent_succeeded("evt_future", "pi_future", "user_1", 100),
+        now + 40 * 86_400,
+    );
+    // Stamped with no time a scheme could read.
+    let mut untimed: serde_json::Value = serde_json::from_str(&payment_intent_succeeded(
+        "evt_untimed",
+        "pi_untimed",
+        "user_1",
+        100,
+    ))
+    .unwrap();
+    untimed.as_object_mut().unwrap().remove("created");
+    let untimed = untimed.to_string();
+    for body in [&ahead, &future, &untimed] {
+        app.deliver(body, "processed").await;
+    }
+    received_at(&pool, "true", boundary).await;
+    let old = partition_of(&pool, "evt_ahead").await.unwrap();
+    for body in [&ahead, &future, &untimed] {
+        app.deliver(body, "duplicate").await;
+    }
+    assert_eq!(app.balance("user_1", "USD").await, Some(300));
+    for event in ["evt_ahead", "evt_future", "evt_untimed"] {
+        assert_eq!(partition_of(&pool, event).await.as_ref(), Some(&old));
+    }
 }
 
 #[sqlx::test]
