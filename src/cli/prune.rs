@@ -106,8 +106,9 @@ fn say(out: &mut impl Write, retirement: &Retirement, what: &str) -> std::io::Re
         }
         writeln!(
             out,
-            "; detached in {:.2} s, dropped in {:.2} s",
+            "; detached in {:.2} s, counted in {:.2} s, dropped in {:.2} s",
             retired.detach.as_secs_f64(),
+            retired.count.as_secs_f64(),
             retired.drop.as_secs_f64()
         )?;
     }

@@ -67,8 +67,11 @@ pub struct Retired {
     /// How long the detach took: the one statement on the live table
     /// (it waits for the transactions that may use the partition).
     pub detach: Duration,
-    /// How long putting back, counting and dropping the detached table
-    /// took (the files' removal at commit): no one waits for it.
+    /// How long putting back what it keeps and counting the rows of the
+    /// detached table took: no one waits for it.
+    pub count: Duration,
+    /// How long dropping the detached table took (its files' removal at
+    /// commit): no one waits for it either.
     pub drop: Duration,
 }
 
@@ -172,6 +175,7 @@ pub async fn retire(
         let mut tx = super::begin(pool).await?;
         let put = keeper.put_back(&mut tx, &past.partition).await?;
         let rows = count(&mut tx, &past.partition).await?;
+        let counted = Instant::now();
         drop_detached(&mut tx, &past.partition).await?;
         tx.commit().await?;
         retirement.retired.push(Retired {
@@ -180,7 +184,8 @@ pub async fn retire(
             rows: rows.saturating_sub(put),
             moved: moved + put,
             detach: detached - started,
-            drop: detached.elapsed(),
+            count: counted - detached,
+            drop: counted.elapsed(),
         });
     }
     Ok(())
