@@ -94,8 +94,8 @@ enqueue = bind(statement("ordering_key, position"), [
     "array['wallet.credited']", "array['stripe']", f"array[{EVENT}]", f"array[{payload}]",
     f"array[{WALLET}]",
     # The lease of a row handed to the drainer in the same process: none,
-    # as for a transaction of one event in the API role.
-    "null::float8",
+    # as for a transaction of one event in the API role, so no sink's.
+    "null::float8", "null::text",
 ])
 detail = "jsonb_build_object('entry_id', 1, 'balance_minor', :amount::bigint, 'outbox_id', 1, 'applied_deferred', '[]'::jsonb)"
 record = bind(statement("payload::jsonb, to_timestamp(created)"), [

@@ -21,6 +21,7 @@ mod outbox;
 mod parse;
 mod paypal;
 mod refused;
+mod sinks;
 mod sources;
 mod sweep;
 use crate::secrets::{Secrets, parse_secrets};
@@ -33,6 +34,7 @@ pub use outbox::{OutboxOrder, OutboxSettings};
 pub use parse::parse;
 pub use paypal::{PaypalArgs, PaypalEnv, SIMULATOR_WEBHOOK_ID};
 pub use refused::refused;
+pub use sinks::{DEFAULT_SINK, SinkEntry, Topics, sinks_from_env};
 pub use sources::{
     LiveMode, SourceEffects, SourceScheme, SourceSettings, StripeScopeArgs, sources_from_env,
 };
@@ -238,6 +240,8 @@ impl ServeSettings {
     /// These settings with the generic sources the layers configure.
     pub fn with_sources(mut self, layers: &Layers) -> Result<Self, Invalid> {
         self.sources = sources_from_env(layers.variables())
+            .map_err(|error| Invalid::one(format!("{error:#}")))?;
+        self.outbox.sinks = sinks_from_env(&self.outbox, layers.variables())
             .map_err(|error| Invalid::one(format!("{error:#}")))?;
         Ok(self)
     }

@@ -56,14 +56,15 @@ pub async fn check(
 ) -> anyhow::Result<()> {
     let (mut problems, settings) = problems(layers, cli);
     if let Some(settings) = settings.filter(|_| problems.is_empty()) {
-        match startup::sink_problem(&settings).await {
-            None => {}
-            Some(Problem::Wrong(said)) => problems.push(format!("WEBHOOKD_SINK_URL: {said}")),
-            Some(Problem::Unreachable(said)) => writeln!(
-                out,
-                "warning: WEBHOOKD_SINK_URL: {}",
-                super::shown(&said, super::MAX_SHOWN_TEXT_BYTES)
-            )?,
+        for problem in startup::sink_problems(&settings).await {
+            match problem {
+                Problem::Wrong(said) => problems.push(said),
+                Problem::Unreachable(said) => writeln!(
+                    out,
+                    "warning: {}",
+                    super::shown(&said, super::MAX_SHOWN_TEXT_BYTES)
+                )?,
+            }
         }
     }
     if problems.is_empty() {
@@ -112,6 +113,10 @@ fn problems(layers: &Layers, cli: &clap::Command) -> (Vec<String>, Option<ServeS
     let mut checked = Vec::new();
     match config::sources_from_env(layers.variables()) {
         Ok(sources) => settings.sources = sources,
+        Err(error) => checked.push(format!("{error:#}")),
+    }
+    match config::sinks_from_env(&settings.outbox, layers.variables()) {
+        Ok(sinks) => settings.outbox.sinks = sinks,
         Err(error) => checked.push(format!("{error:#}")),
     }
     checked.extend(startup::problems(&settings, &database));

@@ -1,4 +1,5 @@
-//! `webhookd outbox list [--dead]` and `webhookd outbox retry <id>|--all-dead`.
+//! `webhookd outbox list [--dead] [--sink NAME]` and `webhookd outbox retry
+//! <id>|--all-dead [--sink NAME]`.
 
 use std::io::Write;
 
@@ -6,7 +7,7 @@ use clap::Subcommand;
 use sqlx::PgPool;
 
 use super::{MAX_SHOWN_TEXT_BYTES, id, shown};
-use crate::outbox::store;
+use crate::outbox::store::{self, browse};
 
 #[derive(Debug, Subcommand)]
 pub enum OutboxCommand {
@@ -15,6 +16,9 @@ pub enum OutboxCommand {
         /// Only dead-lettered rows.
         #[arg(long)]
         dead: bool,
+        /// Only the rows of this sink (`default`: WEBHOOKD_SINK_URL's).
+        #[arg(long)]
+        sink: Option<String>,
         /// Most rows to show.
         #[arg(long, default_value_t = 100)]
         limit: i64,
@@ -27,6 +31,9 @@ pub enum OutboxCommand {
         /// Every dead-lettered row.
         #[arg(long)]
         all_dead: bool,
+        /// With --all-dead: only the rows of this sink.
+        #[arg(long, requires = "all_dead")]
+        sink: Option<String>,
     },
 }
 
@@ -36,20 +43,26 @@ pub async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
-        OutboxCommand::List { dead, limit } => {
-            let rows = store::list(pool, *dead, *limit).await?;
+        OutboxCommand::List { dead, sink, limit } => {
+            let filter = browse::Filter {
+                dead: dead.then_some(true),
+                sink: sink.clone(),
+                ..browse::Filter::default()
+            };
+            let rows = browse::page(pool, &filter, None, *limit).await?;
             writeln!(
                 out,
-                "{:>8}  {:<8}  {:<22}  {:<10}  {:<28}  {:>8}  {:<20}  last_error",
-                "id", "state", "topic", "provider", "event_id", "attempts", "available_at"
+                "{:>8}  {:<8}  {:<22}  {:<10}  {:<10}  {:<28}  {:>8}  {:<20}  last_error",
+                "id", "state", "topic", "sink", "provider", "event_id", "attempts", "available_at"
             )?;
             for row in &rows {
                 writeln!(
                     out,
-                    "{:>8}  {:<8}  {:<22}  {:<10}  {:<28}  {:>8}  {:<20}  {}",
+                    "{:>8}  {:<8}  {:<22}  {:<10}  {:<10}  {:<28}  {:>8}  {:<20}  {}",
                     row.id,
                     row.state,
                     id(&row.topic),
+                    id(&row.sink),
                     id(&row.provider),
                     id(&row.event_id),
                     row.attempts,
@@ -60,18 +73,30 @@ pub async fn run(
                     ),
                 )?;
             }
-            let depth = store::depth(pool).await?;
-            writeln!(
-                out,
-                "{} shown; {} pending (oldest {:.0} s), {} dead",
-                rows.len(),
-                depth.pending,
-                depth.oldest_pending_secs,
-                depth.dead
-            )?;
+            writeln!(out, "{} shown", rows.len())?;
+            for (name, depth) in store::depth_by_sink(pool).await? {
+                if sink.as_ref().is_none_or(|sink| *sink == name) {
+                    writeln!(
+                        out,
+                        "sink {}: {} pending (oldest {:.0} s), {} dead",
+                        id(&name),
+                        depth.pending,
+                        depth.oldest_pending_secs,
+                        depth.dead
+                    )?;
+                }
+            }
         }
-        OutboxCommand::Retry { id, all_dead } => {
-            let requeued = store::retry_dead(pool, if *all_dead { None } else { *id }).await?;
+        OutboxCommand::Retry { id, all_dead, sink } => {
+            let filter = browse::Filter {
+                sink: sink.clone(),
+                ..browse::Filter::default()
+            };
+            let bound = browse::Bound {
+                id: if *all_dead { None } else { *id },
+                ..browse::Bound::default()
+            };
+            let requeued = browse::retry_dead_matching(pool, &filter, &bound).await?;
             if requeued.is_empty() {
                 match id {
                     Some(id) if !*all_dead => {

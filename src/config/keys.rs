@@ -2,8 +2,9 @@
 //! its variable in lower case without `WEBHOOKD_` (`listen` is
 //! `WEBHOOKD_LISTEN`, `database_url` is `DATABASE_URL`), except in the
 //! tables of named entries: `[sources.<name>] scheme` is
-//! `WEBHOOKD_SOURCE_<NAME>_SCHEME` (`secrets`: `_SECRET`), `[sinks.default]
-//! url` is `WEBHOOKD_SINK_URL`. Each variable has one key, and each key one
+//! `WEBHOOKD_SOURCE_<NAME>_SCHEME` (`secrets`: `_SECRET`), `[sinks.billing]
+//! url` is `WEBHOOKD_SINK_BILLING_URL` and `[sinks.default] url` is
+//! `WEBHOOKD_SINK_URL`. Each variable has one key, and each key one
 //! variable.
 
 use std::collections::BTreeSet;
@@ -18,10 +19,6 @@ struct Family {
     /// The name whose variables carry no name (`[sinks.default] url` is
     /// `WEBHOOKD_SINK_URL`).
     unnamed: Option<&'static str>,
-    /// Whether every name is read (the sources, which
-    /// [`crate::config::sources_from_env`] finds by their variables' names);
-    /// else only the entries whose variable a flag reads.
-    open: bool,
 }
 
 const FAMILIES: [Family; 2] = [
@@ -40,14 +37,12 @@ const FAMILIES: [Family; 2] = [
             ("api_version", "API_VERSION"),
         ],
         unnamed: None,
-        open: true,
     },
     Family {
         table: "sinks",
         prefix: "WEBHOOKD_SINK_",
         keys: &[("url", "URL"), ("secret", "SECRET"), ("topics", "TOPICS")],
         unnamed: Some("default"),
-        open: false,
     },
 ];
 
@@ -55,7 +50,7 @@ const FAMILIES: [Family; 2] = [
 const PREFIX: &str = "WEBHOOKD_";
 
 /// The keys of a configuration file: those of the variables the flags read,
-/// and of the named sources.
+/// and of the named sources and sinks.
 #[derive(Debug, Clone, Default)]
 pub struct Keys {
     /// Every variable a flag reads.
@@ -78,9 +73,10 @@ impl Keys {
     /// reads, or one of a named source.
     pub fn key(&self, variable: &str) -> Option<String> {
         for family in &FAMILIES {
+            // Every name of a family is read ([`crate::config::sources_from_env`],
+            // [`crate::config::sinks_from_env`] find them by their variables' names).
             if let Some(key) = family_key(family, variable) {
-                let read = family.open || self.variables.contains(variable);
-                return read.then_some(key);
+                return Some(key);
             }
         }
         self.variables.contains(variable).then(|| {
@@ -171,6 +167,9 @@ mod tests {
             ("stripe_webhook_secret", "STRIPE_WEBHOOK_SECRET"),
             ("sink_timeout", "WEBHOOKD_SINK_TIMEOUT"),
             ("sinks.default.url", "WEBHOOKD_SINK_URL"),
+            ("sinks.default.topics", "WEBHOOKD_SINK_TOPICS"),
+            ("sinks.billing.url", "WEBHOOKD_SINK_BILLING_URL"),
+            ("sinks.billing.secret", "WEBHOOKD_SINK_BILLING_SECRET"),
             ("sources.stripe.livemode", "WEBHOOKD_SOURCE_STRIPE_LIVEMODE"),
             ("sources.gh.scheme", "WEBHOOKD_SOURCE_GH_SCHEME"),
             ("sources.my_shop.secrets", "WEBHOOKD_SOURCE_MY_SHOP_SECRET"),
@@ -201,8 +200,8 @@ mod tests {
             "sources.GH.scheme",
             "sources.gh.colour",
             "sources.gh",
-            "sinks.billing.url",
-            "sinks.default.topics",
+            "sinks.billing.colour",
+            "sinks.BILLING.url",
             "listen.port",
             "sources.g-h.scheme",
         ] {
@@ -218,8 +217,8 @@ mod tests {
             "WEBHOOKD_SOURCE_g-h_SCHEME",
             "WEBHOOKD_SOURCE__SCHEME",
             "WEBHOOKD_SOURCE_SCHEME",
-            "WEBHOOKD_SINK_BILLING_URL",
             "WEBHOOKD_SINK_DEFAULT_URL",
+            "WEBHOOKD_SINK_billing_URL",
             "WEBHOOKD_TOLERANCE_SECS",
             "HOME",
         ] {

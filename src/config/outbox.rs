@@ -24,6 +24,16 @@ pub struct OutboxSettings {
     #[arg(long, env = "WEBHOOKD_SINK_SECRET", hide_env_values = true)]
     pub sink_secret: Option<SecretString>,
 
+    /// Which topics the sink `default` (WEBHOOKD_SINK_URL) takes: patterns,
+    /// comma-separated, `*` for any run of characters. Unset: every topic.
+    #[arg(long, env = "WEBHOOKD_SINK_TOPICS")]
+    pub sink_topics: Option<String>,
+
+    /// The named sinks, `WEBHOOKD_SINK_<NAME>_URL`, `_SECRET` and `_TOPICS`
+    /// ([`super::sinks_from_env`]), and the sink `default`: every sink.
+    #[arg(skip)]
+    pub sinks: Vec<super::SinkEntry>,
+
     /// Longest a delivery may take.
     #[arg(long, env = "WEBHOOKD_SINK_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     pub sink_timeout: Duration,

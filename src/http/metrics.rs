@@ -49,8 +49,8 @@ const UPKEEP_EVERY: u64 = 1024;
 /// The counters of this process's background tasks, when it runs them.
 #[derive(Debug, Default, Clone)]
 pub struct WorkerStats {
-    /// The outbox drainer's.
-    pub deliveries: Option<Arc<DrainerStats>>,
+    /// The outbox drainers', by the name of the sink each drains.
+    pub deliveries: Vec<(String, Arc<DrainerStats>)>,
     /// The periodic sweep's.
     pub sweeps: Option<Arc<SweepStats>>,
 }
@@ -61,7 +61,7 @@ pub struct Metrics {
     recorder: PrometheusRecorder,
     /// Requests counted, for the upkeep.
     requests: AtomicU64,
-    deliveries: Option<Arc<DrainerStats>>,
+    deliveries: Vec<(String, Arc<DrainerStats>)>,
     sweeps: Option<Arc<SweepStats>>,
     /// The ingest latency histogram again, every provider together, for
     /// the console's quantiles (the recorder keeps its own only as text).
@@ -169,38 +169,43 @@ impl Metrics {
         }
         self.counter(LOG_LINES_DROPPED, Vec::new())
             .absolute(crate::telemetry::log_lines_dropped());
-        if let Some(stats) = &self.deliveries {
-            self.collect_drainer(stats);
+        for (sink, stats) in &self.deliveries {
+            self.collect_drainer(sink, stats);
         }
         if let Some(stats) = &self.sweeps {
             self.collect_sweeps(stats);
         }
     }
 
-    /// The drainer's attempts, statements and memory (this process).
-    fn collect_drainer(&self, stats: &DrainerStats) {
+    /// A drainer's attempts, statements and memory (this process), labelled
+    /// with the name of its sink.
+    fn collect_drainer(&self, sink: &str, stats: &DrainerStats) {
+        let sink = || Label::new("sink", sink.to_owned());
         for (result, counter) in [
             ("delivered", &stats.delivered),
             ("retried", &stats.retried),
             ("dead", &stats.dead),
             ("lost_lease", &stats.lost_leases),
         ] {
-            self.counter(DELIVERIES, vec![Label::from_static_parts("result", result)])
-                .absolute(counter.load(Ordering::Relaxed));
+            self.counter(
+                DELIVERIES,
+                vec![Label::from_static_parts("result", result), sink()],
+            )
+            .absolute(counter.load(Ordering::Relaxed));
         }
         for (name, counter) in [
             (ABANDONED, &stats.abandoned),
             (LEASE_STATEMENTS, &stats.lease_statements),
             (RECORD_STATEMENTS, &stats.record_statements),
         ] {
-            self.counter(name, Vec::new())
+            self.counter(name, vec![sink()])
                 .absolute(counter.load(Ordering::Relaxed));
         }
         for (name, bytes) in [
             (HELD_BYTES, &stats.held_bytes),
             (PEAK_HELD_BYTES, &stats.peak_held_bytes),
         ] {
-            self.gauge(name, Vec::new())
+            self.gauge(name, vec![sink()])
                 .set(bytes.load(Ordering::Relaxed) as f64);
         }
     }

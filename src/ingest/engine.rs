@@ -25,14 +25,20 @@ use crate::{db, ledger, outbox, owners};
 ///   custom plan of a set-based statement costs more than running it for a
 ///   dozen events. Every lookup in them is by key, so they are planned with
 ///   sequential scans disabled: a plan made while a table was nearly empty
-///   must not keep scanning it as it grows.
+///   must not keep scanning it as it grows. The one table they do scan,
+///   the outbox's few routes (`outbox_sinks`), then costs the plan a
+///   disabled scan's penalty, which would make Postgres compile it (JIT,
+///   some 600 ms on every run): JIT is off, as it always should be for
+///   statements of milliseconds.
 pub(super) const BEGIN_BATCH: &str = "begin; set local lock_timeout = '1s'; \
-    set local plan_cache_mode = force_generic_plan; set local enable_seqscan = off";
+    set local plan_cache_mode = force_generic_plan; set local enable_seqscan = off; \
+    set local jit = off";
 
 /// How a transaction of one event begins: as [`BEGIN_BATCH`], but it waits
 /// for locks as long as the statement timeout allows.
 pub(super) const BEGIN_ONE: &str = "begin; \
-    set local plan_cache_mode = force_generic_plan; set local enable_seqscan = off";
+    set local plan_cache_mode = force_generic_plan; set local enable_seqscan = off; \
+    set local jit = off";
 
 /// How the drainer learns that outbox rows were committed.
 #[derive(Debug, Clone, Default)]
@@ -41,20 +47,20 @@ pub enum Wake {
     /// also polls).
     #[default]
     Notify,
-    /// The drainer lives in this process: woken directly after the commit,
-    /// without `pg_notify`; while it accepts them, the rows the transaction
-    /// writes are leased to it at insert and handed over in memory
-    /// ([`outbox::handoff`]).
-    InProcess(outbox::Waker),
+    /// The drainers live in this process, one a sink: woken directly after
+    /// the commit, without `pg_notify`; while the only one accepts them, the
+    /// rows the transaction writes are leased to it at insert and handed
+    /// over in memory ([`outbox::handoff`]).
+    InProcess(outbox::Wakers),
 }
 
 impl Wake {
     /// The lease the transaction's outbox rows are written with, if they
     /// are handed to this process's drainer.
-    fn lease_secs(&self) -> Option<f64> {
+    fn lease(&self) -> Option<outbox::Lease> {
         match self {
             Wake::Notify => None,
-            Wake::InProcess(drainer) => drainer.lease_secs(),
+            Wake::InProcess(drainers) => drainers.lease(),
         }
     }
 }
@@ -65,10 +71,10 @@ pub(super) struct Prepared {
     /// `None` when nothing was claimed (every event a duplicate).
     tx: Option<Transaction<'static, Postgres>>,
     outcomes: Vec<Outcome>,
-    /// Whether its outbox rows were written leased to this process's
-    /// drainer (decided once, before its statements), and those rows,
-    /// handed over once it committed.
-    leased: bool,
+    /// How its outbox rows were written leased to this process's drainer
+    /// (decided once, before its statements), and those rows, handed over
+    /// once it committed.
+    leased: Option<outbox::Lease>,
     handed: Vec<outbox::handoff::Written>,
 }
 
@@ -83,12 +89,8 @@ impl Prepared {
             outbox::notify(&mut tx).await?;
         }
         tx.commit().await?;
-        if let Wake::InProcess(drainer) = wake {
-            match self.leased {
-                // Written leased to it (or nothing written): no lease to run.
-                true => drainer.hand(self.handed),
-                false => drainer.wake(),
-            }
+        if let Wake::InProcess(drainers) = wake {
+            drainers.hand(self.leased.as_ref(), self.handed);
         }
         Ok(self.outcomes)
     }
@@ -115,7 +117,7 @@ pub(super) async fn prepare(
     begin: &'static str,
     wake: &Wake,
 ) -> Result<Prepared, Error> {
-    let lease_secs = wake.lease_secs();
+    let lease = wake.lease();
     let attempts = async {
         let mut arrival = false;
         for _ in 0..ATTEMPTS {
@@ -133,9 +135,9 @@ pub(super) async fn prepare(
             "events were recorded by another transaction after their claim, again and again",
         ))
     };
-    let (prepared, handed) = outbox::leasing(lease_secs, attempts).await;
+    let (prepared, handed) = outbox::leasing(lease.clone(), attempts).await;
     let mut prepared = prepared?;
-    prepared.leased = lease_secs.is_some();
+    prepared.leased = lease;
     prepared.handed = handed;
     Ok(prepared)
 }
@@ -169,7 +171,7 @@ async fn apply(
         Attempt::Prepared(Prepared {
             tx: None,
             outcomes,
-            leased: false,
+            leased: None,
             handed: Vec::new(),
         })
     };
@@ -221,7 +223,7 @@ async fn apply(
     Ok(Attempt::Prepared(Prepared {
         tx: Some(tx),
         outcomes,
-        leased: false,
+        leased: None,
         handed: Vec::new(),
     }))
 }

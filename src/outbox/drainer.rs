@@ -84,6 +84,8 @@ pub struct Drained {
 #[derive(Debug, Clone)]
 pub struct Drainer {
     pub(super) pool: PgPool,
+    /// The name of the sink it drains: the `sink` of its rows.
+    pub(super) route: Arc<str>,
     sink: Arc<Sink>,
     pub(super) settings: DrainerSettings,
     pub(super) clock: Clock,
@@ -100,6 +102,7 @@ impl Drainer {
     pub fn new(pool: PgPool, sink: Sink, settings: DrainerSettings, clock: Clock) -> Self {
         Drainer {
             pool: pool.clone(),
+            route: Arc::from(super::DEFAULT_SINK),
             sink: Arc::new(sink),
             settings,
             clock,
@@ -108,6 +111,17 @@ impl Drainer {
             waker: Waker::default(),
             listen: Some(pool),
         }
+    }
+
+    /// Drains the rows of the sink `name` (`default` unless told).
+    pub fn for_sink(mut self, name: &str) -> Self {
+        self.route = Arc::from(name);
+        self
+    }
+
+    /// The name of the sink it drains.
+    pub fn route(&self) -> &str {
+        &self.route
     }
 
     /// LISTENs on `listen` rather than on the drainer's own pool, or, with
@@ -134,10 +148,6 @@ impl Drainer {
         let elapsed =
             Duration::from_secs(self.clock.now().saturating_sub(leased_at).unsigned_abs());
         elapsed + self.sink.timeout() + LEASE_MARGIN >= self.settings.lease
-    }
-
-    pub(super) fn sink_name(&self) -> &'static str {
-        self.sink.name()
     }
 
     /// Delivers one leased row and decides what becomes of it.

@@ -178,28 +178,81 @@ impl Waker {
     }
 }
 
+/// The drainers of this process, one a sink, by the sink's name: what
+/// ingest wakes after its commit. Rows are handed over in memory only when
+/// the process drains one sink; with several, each drainer leases its own.
+#[derive(Debug, Clone, Default)]
+pub struct Wakers(Arc<[(String, Waker)]>);
+
+impl Wakers {
+    pub fn new(wakers: Vec<(String, Waker)>) -> Self {
+        Wakers(wakers.into())
+    }
+
+    /// Each drainer's waker.
+    pub fn each(&self) -> impl Iterator<Item = &Waker> {
+        self.0.iter().map(|(_, waker)| waker)
+    }
+
+    /// How the rows a transaction writes are leased to this process: to its
+    /// one drainer, while that drainer accepts them.
+    pub fn lease(&self) -> Option<Lease> {
+        match &*self.0 {
+            [(sink, waker)] => waker.lease_secs().map(|secs| Lease {
+                secs,
+                sink: sink.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// After a commit: hands `rows` (written with [`Wakers::lease`]) to the
+    /// drainer of their sink, and wakes every other drainer to lease.
+    pub fn hand(&self, lease: Option<&Lease>, rows: Vec<Written>) {
+        let mut rows = Some(rows);
+        for (sink, waker) in self.0.iter() {
+            if lease.is_some_and(|lease| lease.sink == *sink)
+                && let Some(rows) = rows.take()
+            {
+                // Written leased to it (or nothing written): no lease to run.
+                waker.hand(rows);
+            } else {
+                waker.wake();
+            }
+        }
+    }
+}
+
 tokio::task_local! {
     static LEASING: Leasing;
 }
 
 /// The rows one transaction writes leased to this process.
 struct Leasing {
-    lease_secs: f64,
+    lease: Lease,
     rows: RefCell<Vec<Written>>,
 }
 
-/// Runs `transaction` so that the outbox rows it writes are leased to this
-/// process at insert for `lease_secs` (`None`: as usual, not leased):
-/// its output, and what to hand to the drainer once it committed.
+/// How the rows of one sink are written leased to this process's drainer
+/// of that sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub secs: f64,
+    pub sink: String,
+}
+
+/// Runs `transaction` so that the outbox rows it writes for `lease`'s sink
+/// are leased to this process at insert (`None`: as usual, not leased):
+/// its output, and what to hand to that sink's drainer once it committed.
 pub async fn leasing<T>(
-    lease_secs: Option<f64>,
+    lease: Option<Lease>,
     transaction: impl Future<Output = T>,
 ) -> (T, Vec<Written>) {
-    let Some(lease_secs) = lease_secs else {
+    let Some(lease) = lease else {
         return (transaction.await, Vec::new());
     };
     let leasing = Leasing {
-        lease_secs,
+        lease,
         rows: RefCell::default(),
     };
     let (output, leasing) = LEASING
@@ -212,8 +265,8 @@ pub async fn leasing<T>(
 }
 
 /// The lease rows written now are inserted with, inside [`leasing`].
-pub(super) fn lease_secs() -> Option<f64> {
-    LEASING.try_with(|l| l.lease_secs).ok()
+pub(super) fn lease() -> Option<Lease> {
+    LEASING.try_with(|l| l.lease.clone()).ok()
 }
 
 /// Keeps `rows`, just written leased, for the drainer.

@@ -266,6 +266,7 @@ impl<'d> Pipeline<'d> {
             oversized: held == 0,
         };
         let (pool, clock) = (self.drainer.pool.clone(), self.drainer.clock.clone());
+        let route = self.drainer.route.clone();
         let terms = store::Terms {
             lease_secs: settings.lease.as_secs_f64(),
             max_attempts: settings.retry.max_attempts,
@@ -275,7 +276,7 @@ impl<'d> Pipeline<'d> {
         self.retry_at = None;
         self.leasing = Some(Box::pin(async move {
             let leased_at = clock.now();
-            let lease = store::lease(&pool, budget, terms, clock.pinned()).await;
+            let lease = store::lease(&pool, &route, budget, terms, clock.pinned()).await;
             LeaseResult {
                 budget,
                 leased_at,

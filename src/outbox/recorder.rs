@@ -136,7 +136,7 @@ impl<'d> Recorder<'d> {
                 return None;
             }
         };
-        let (stats, sink) = (&self.drainer.stats, self.drainer.sink_name());
+        let (stats, sink) = (&self.drainer.stats, &*self.drainer.route);
         let mut due = None;
         for settled in &batch {
             let (outbox_id, attempt) = (settled.id, settled.attempts);

@@ -36,15 +36,19 @@ impl Message<'_> {
     }
 }
 
-/// Writes the rows in order, in one statement; returns each one's id. The
-/// dedupe key is `{provider}:{event_id}`: an event writes at most one row
-/// per topic, whatever month's partition holds the first, and an event's rows are found by that key (the outbox has no
-/// index by event: [`browse::of_event`], `story::timeline`). `None` at an
-/// index: a row with its key exists already, or comes earlier in
-/// `messages`. Nothing is notified: the ingest transaction wakes the
-/// drainer once per commit ([`notify`]). Inside [`handoff::leasing`] the
-/// rows are written leased to this process, their first attempt started,
-/// and kept for its drainer.
+/// Writes the rows in order, in one statement; returns each one's id. A
+/// message is written once for each sink whose topics take it
+/// ([`routes`]), each row that sink's alone; its id here is the first of
+/// them, `None` when no sink takes its topic. The dedupe key is
+/// `{provider}:{event_id}`: an event writes at most one row per topic and
+/// sink, whatever month's partition holds the first, and an event's rows
+/// are found by that key (the outbox has no index by event:
+/// [`browse::of_event`], `story::timeline`). `None` at an index also: its
+/// rows exist already, or it comes earlier in `messages`. Nothing is
+/// notified: the ingest transaction wakes the drainers once per commit
+/// ([`notify`]). Inside [`handoff::leasing`] the rows of the sink this
+/// process drains in memory are written leased to it, their first attempt
+/// started, and kept for its drainer.
 pub async fn enqueue<'a>(
     conn: &mut PgConnection,
     messages: &[Message<'a>],
@@ -52,44 +56,57 @@ pub async fn enqueue<'a>(
     let column = |f: fn(&Message<'a>) -> &'a str| messages.iter().map(f).collect::<Vec<_>>();
     let payloads: Vec<Value> = messages.iter().map(Message::stored_payload).collect();
     let keys: Vec<Option<&str>> = messages.iter().map(|m| m.ordering_key).collect();
-    let lease_secs = handoff::lease_secs();
+    let lease = handoff::lease();
+    let (lease_secs, leased_sink) = match &lease {
+        Some(handoff::Lease { secs, sink }) => (Some(*secs), Some(sink.as_str())),
+        None => (None, None),
+    };
     let rows = sqlx::query!(
         r#"
         with input as (
             select * from unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
                 with ordinality
                 as input (topic, provider, event_id, payload, ordering_key, position)
+        ), routed as (
+            -- A row for each sink that takes the topic (outbox::store::routes).
+            select input.*, s.name as sink, s.name = $7::text as leased
+            from input join outbox_sinks s on input.topic like any (s.patterns)
         ), written as (
             insert into outbox
-                (topic, dedupe_key, provider, event_id, payload, ordering_key, attempts, locked_until)
+                (topic, dedupe_key, provider, event_id, payload, ordering_key, attempts,
+                 locked_until, sink)
             select topic, provider || ':' || event_id, provider, event_id, payload,
                    coalesce(ordering_key, provider || ':' || event_id),
-                   case when $6::float8 is null then 0 else 1 end,
+                   case when leased then 1 else 0 end,
                    -- From the insert, not the transaction's start: the
                    -- drainer counts it from here too.
-                   clock_timestamp() + make_interval(secs => $6::float8)
-            from input
+                   case when leased then clock_timestamp() + make_interval(secs => $6::float8) end,
+                   sink
+            from routed
             -- Unique across months too: every writer of an event's rows
             -- holds that event's locks (its claim, or its effects' for a
             -- replay or a release), so this read is exact.
             where not exists (select from outbox o
-                              where o.topic = input.topic
-                                and o.dedupe_key = input.provider || ':' || input.event_id)
-            order by position
+                              where o.topic = routed.topic
+                                and o.dedupe_key = routed.provider || ':' || routed.event_id
+                                and o.sink = routed.sink)
+            order by position, sink
             on conflict do nothing
-            returning id, topic, provider, event_id, attempts,
-                      case when $6::float8 is not null then payload::text end as leased_payload,
+            returning id, topic, provider, event_id, sink, attempts,
+                      case when locked_until is not null then payload::text end as leased_payload,
                       created_at
         )
-        select (min(input.position) - 1)::int as "index!", written.id as "id!",
+        select (min(routed.position) - 1)::int as "index!", written.id as "id!",
                min(written.attempts) as "attempts!",
                min(written.leased_payload) as "leased_payload?",
+               min(written.sink) as "sink!",
                -- RFC 3339, as the lease gives it; the colons quoted, so that
                -- pgbench (scripts/own-statements.py) reads no variable here.
                to_char(min(written.created_at) at time zone 'UTC',
                        'YYYY-MM-DD"T"HH24":"MI":"SS.US"Z"') as "created_at!"
-        from written join input using (topic, provider, event_id)
+        from written join routed using (topic, provider, event_id, sink)
         group by written.id
+        order by written.id
         "#,
         &column(|m| m.topic) as &[&str],
         &column(|m| m.provider) as &[&str],
@@ -97,6 +114,7 @@ pub async fn enqueue<'a>(
         &payloads,
         &keys as &[Option<&str>],
         lease_secs,
+        leased_sink,
     )
     .fetch_all(conn)
     .await?;
@@ -106,7 +124,8 @@ pub async fn enqueue<'a>(
         let Some(index) = usize::try_from(row.index).ok().filter(|&i| i < ids.len()) else {
             continue;
         };
-        ids[index] = Some(row.id);
+        // The first of its rows (by id, as ordered).
+        ids[index].get_or_insert(row.id);
         if let Some(payload) = row.leased_payload {
             let message = &messages[index];
             leased.push(crate::sinks::Message {
@@ -149,6 +168,8 @@ pub async fn notify(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 pub mod browse;
 pub mod erase;
 pub mod retention;
+// Which sinks take which topics.
+pub mod routes;
 
 // The drainer's statements: lease and record.
 mod drain;
@@ -161,6 +182,8 @@ pub use drain::{
 pub struct Listed {
     pub id: i64,
     pub topic: String,
+    /// The sink it goes to.
+    pub sink: String,
     pub provider: String,
     pub event_id: String,
     pub attempts: i32,
@@ -168,16 +191,6 @@ pub struct Listed {
     pub created_at: Timestamp,
     pub available_at: Timestamp,
     pub last_error: Option<String>,
-}
-
-/// Rows not delivered yet (pending or dead), or only the dead ones, oldest
-/// first: the console's first page of that filter.
-pub async fn list(pool: &PgPool, dead_only: bool, limit: i64) -> Result<Vec<Listed>, sqlx::Error> {
-    let filter = browse::Filter {
-        dead: dead_only.then_some(true),
-        ..browse::Filter::default()
-    };
-    browse::page(pool, &filter, None, limit).await
 }
 
 /// Re-queues dead rows (`id`, or all of them with `None`) for a fresh set of
@@ -198,20 +211,55 @@ pub struct Depth {
     pub dead: i64,
 }
 
+impl Depth {
+    /// Every sink's of `by_sink` together.
+    pub fn total(by_sink: &[(String, Depth)]) -> Depth {
+        Depth {
+            pending: by_sink.iter().map(|(_, d)| d.pending).sum(),
+            oldest_pending_secs: (by_sink.iter())
+                .map(|(_, d)| d.oldest_pending_secs)
+                .fold(0.0, f64::max),
+            dead: by_sink.iter().map(|(_, d)| d.dead).sum(),
+        }
+    }
+}
+
+/// [`depth_by_sink`], every sink together.
 pub async fn depth(pool: &PgPool) -> Result<Depth, sqlx::Error> {
-    let row = db::read_only(pool).one(sqlx::query!(
+    Ok(Depth::total(&depth_by_sink(pool).await?))
+}
+
+/// The gauges of each sink: every sink routed now, and any other whose
+/// rows are not delivered yet (one removed since), by name.
+pub async fn depth_by_sink(pool: &PgPool) -> Result<Vec<(String, Depth)>, sqlx::Error> {
+    let rows = db::read_only(pool).all(sqlx::query!(
         r#"
-        select count(*) filter (where dead_at is null) as "pending!",
-               coalesce(extract(epoch from now() - min(created_at) filter (where dead_at is null)), 0)::float8
-                   as "oldest!",
-               count(*) filter (where dead_at is not null) as "dead!"
-        from outbox
-        where delivered_at is null
+        select coalesce(s.name, o.sink) as "sink!",
+               coalesce(o.pending, 0) as "pending!",
+               coalesce(o.oldest, 0)::float8 as "oldest!",
+               coalesce(o.dead, 0) as "dead!"
+        from outbox_sinks s
+        full join (
+            select sink,
+                   count(*) filter (where dead_at is null) as pending,
+                   extract(epoch from now() - min(created_at) filter (where dead_at is null)) as oldest,
+                   count(*) filter (where dead_at is not null) as dead
+            from outbox
+            where delivered_at is null
+            group by sink
+        ) as o on o.sink = s.name
+        order by 1
         "#
     )).await?;
-    Ok(Depth {
-        pending: row.pending,
-        oldest_pending_secs: row.oldest,
-        dead: row.dead,
-    })
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let depth = Depth {
+                pending: row.pending,
+                oldest_pending_secs: row.oldest,
+                dead: row.dead,
+            };
+            (row.sink, depth)
+        })
+        .collect())
 }

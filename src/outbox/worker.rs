@@ -17,7 +17,7 @@ use super::drainer::backoff;
 pub use super::drainer::{
     DEFAULT_BATCH_BYTES, Drained, Drainer, DrainerSettings, DrainerStats, LEASE_MARGIN,
 };
-pub use super::handoff::Waker;
+pub use super::handoff::{Waker, Wakers};
 use super::pipeline::{Mode, Pipeline};
 use super::store::{self, Attempt, Settled};
 
@@ -69,6 +69,15 @@ pub async fn give_back(pool: &PgPool, waker: &Waker) -> Result<usize, sqlx::Erro
         store::record_many(pool, &settled, None).await?;
     }
     Ok(settled.len())
+}
+
+/// [`give_back`] of every drainer of `wakers`. Returns how many rows.
+pub async fn give_back_all(pool: &PgPool, wakers: &Wakers) -> Result<usize, sqlx::Error> {
+    let mut rows = 0;
+    for waker in wakers.each() {
+        rows += give_back(pool, waker).await?;
+    }
+    Ok(rows)
 }
 
 /// Wakes the drainer on every notification of the outbox channel, on a

@@ -69,6 +69,11 @@ pub struct SinkSettings {
     pub max_body_bytes: u64,
 }
 
+/// An HTTP sink's URL without the secret its deliveries are signed with.
+#[derive(Debug, thiserror::Error)]
+#[error("an HTTP sink needs its secret")]
+pub struct NeedsSecret;
+
 /// What is wrong with a sink, found by [`Sink::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
@@ -104,9 +109,7 @@ impl Sink {
         } = settings;
         Ok(match scheme {
             Some("http" | "https") => {
-                let secret = secret.ok_or_else(|| {
-                    anyhow::anyhow!("an HTTP sink needs its secret (WEBHOOKD_SINK_SECRET)")
-                })?;
+                let secret = secret.ok_or(NeedsSecret)?;
                 Sink::Http(Box::new(
                     http::HttpSink::new(url, secret, timeout, clock)?
                         .with_max_body_bytes(max_body_bytes),

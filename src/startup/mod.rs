@@ -28,10 +28,10 @@ use settings::connection_limits;
 pub use settings::{
     batch_settings, database_options, migrate, pool, problems, require_sessions, validate,
 };
-pub use sink::{sink, sink_problem};
+pub use sink::{Configured, sink_problems, sinks};
 pub use sources::{providers_settings, registry, swept, swept_account, swept_of};
 pub use workers::{
-    RAZORPAY_RATE, drainer, ensure_partitions, fetcher, razorpay_api, stripe_account_api,
+    RAZORPAY_RATE, drainers, ensure_partitions, fetcher, razorpay_api, stripe_account_api,
     stripe_api, sweeper,
 };
 
@@ -224,7 +224,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     validate(&settings, database)?;
     // A broker sink's credentials, exchange or stream, before the database.
-    sink::check_sink(&settings).await?;
+    sink::check_sinks(&settings).await?;
     let options = database_options(database)?;
     // Before migrating: sqlx migrates under a session lock, which a
     // transaction pooler would leave on a server connection.
@@ -261,13 +261,22 @@ pub async fn serve(
                 "the outbox drainer polls: LISTEN needs a session, which a transaction pooler does not give (set WEBHOOKD_DIRECT_DATABASE_URL)"
             );
         }
-        let drainer = drainer(&settings, pool.clone(), Clock::System)?.listening_on(listen);
-        workers.stats.deliveries = Some(drainer.stats().clone());
-        // Ingest wakes this drainer directly; LISTEN still hears ingest in
-        // other processes (the API role).
-        workers.wake = Wake::InProcess(drainer.waker());
-        handed = Some(drainer.waker());
-        tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
+        let drainers = drainers(&settings, pool.clone(), Clock::System)?;
+        // Rows are written for the sinks this process drains, from now on.
+        route(&pool, &drainers, &settings).await?;
+        let mut wakers = Vec::new();
+        for drainer in drainers {
+            let drainer = drainer.listening_on(listen.clone());
+            let sink = drainer.route().to_owned();
+            (workers.stats.deliveries).push((sink.clone(), drainer.stats().clone()));
+            wakers.push((sink, drainer.waker()));
+            tasks.spawn(drainer.run(shutdown.clone(), settings.shutdown_grace));
+        }
+        // Ingest wakes these drainers directly; LISTEN still hears ingest
+        // in other processes (the API role).
+        let wakers = crate::outbox::Wakers::new(wakers);
+        workers.wake = Wake::InProcess(wakers.clone());
+        handed = Some(wakers);
         tasks.spawn(crate::ingest::owner_wait::run(
             pool.clone(),
             Clock::System,
@@ -288,8 +297,8 @@ pub async fn serve(
     tasks.wait().await;
     // Rows committed while the drainer was stopping: due at once for the
     // next process, not after their lease.
-    if let Some(waker) = handed {
-        match crate::outbox::give_back(&pool, &waker).await {
+    if let Some(wakers) = handed {
+        match crate::outbox::give_back_all(&pool, &wakers).await {
             Ok(0) => {}
             Ok(rows) => tracing::info!(rows, "outbox rows handed too late given back"),
             Err(error) => {
@@ -303,6 +312,44 @@ pub async fn serve(
     let _ = signals.await;
     tracing::info!("stopped");
     served
+}
+
+/// Makes the outbox's routing the sinks `drainers` drain, with the topics
+/// `settings` give them ([`crate::outbox::store::routes::sync`]), and says
+/// what changed.
+async fn route(
+    pool: &PgPool,
+    drainers: &[crate::outbox::Drainer],
+    settings: &ServeSettings,
+) -> anyhow::Result<()> {
+    let entries = settings.outbox.every_sink()?;
+    let sinks: Vec<(&str, &config::Topics)> = (entries.iter())
+        .filter(|entry| drainers.iter().any(|d| d.route() == entry.name))
+        .map(|entry| (entry.name.as_str(), &entry.topics))
+        .collect();
+    let synced = crate::outbox::store::routes::sync(pool, &sinks)
+        .await
+        .context("cannot write the outbox's routing")?;
+    for sink in &synced.added {
+        tracing::info!(
+            sink,
+            "sink added: it takes the outbox rows written from now on"
+        );
+    }
+    for sink in &synced.changed {
+        tracing::info!(
+            sink,
+            "sink's topics changed: rows written from now on follow them"
+        );
+    }
+    for (sink, undelivered) in &synced.removed {
+        tracing::warn!(
+            sink,
+            undelivered,
+            "sink removed: no rows are written for it any more; its undelivered rows stay, listed by `webhookd outbox list`"
+        );
+    }
+    Ok(())
 }
 
 /// Fails unless every migration of this binary has been applied.

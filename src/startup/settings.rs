@@ -68,7 +68,7 @@ pub fn problems(settings: &ServeSettings, database: &DatabaseSettings) -> Vec<St
     let outbox = &settings.outbox;
     if settings.role.drains() {
         // The URL's scheme, its options, and the secret an HTTP sink needs.
-        if let Err(error) = super::sink::sink(settings, crate::clock::Clock::System) {
+        if let Err(error) = super::sink::sinks(settings, &crate::clock::Clock::System) {
             problems.push(format!("{error:#}"));
         }
         // A delivery only starts with its whole timeout and a margin left
@@ -232,6 +232,32 @@ mod tests {
             db_acquire_timeout: Duration::from_secs(1),
             db_statement_timeout: Duration::from_secs(1),
         }
+    }
+
+    #[test]
+    fn each_sinks_problem_is_said_with_its_own_variables() {
+        use crate::config::{SinkEntry, Topics};
+        let entry = |name: &str, url: &str| SinkEntry {
+            name: name.to_owned(),
+            url: Some(url.to_owned().into()),
+            secret: None,
+            topics: Topics::all(),
+        };
+        let mut settings = ServeSettings::default();
+        settings.outbox.sinks = vec![
+            entry("billing", "https://billing.example/hooks"),
+            entry("ops", "ftp://ops.example"),
+            entry("events", "nats://127.0.0.1:4222?stream=S"),
+        ];
+        let error = validate(&settings, &database()).unwrap_err().to_string();
+        for problem in [
+            "WEBHOOKD_SINK_BILLING_URL: an HTTP sink needs its secret (WEBHOOKD_SINK_BILLING_SECRET)",
+            "WEBHOOKD_SINK_OPS_URL: the sink's URL must be",
+        ] {
+            assert!(error.contains(problem), "{problem} missing from: {error}");
+        }
+        assert!(!error.contains("WEBHOOKD_SINK_EVENTS_URL"), "{error}");
+        assert!(!error.contains("ops.example"), "no URL is shown: {error}");
     }
 
     #[test]

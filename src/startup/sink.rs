@@ -1,56 +1,102 @@
-//! The outbox's sink of a draining process, from `WEBHOOKD_SINK_URL`, and
-//! what start-up and `config check` say of it.
+//! The outbox's sinks of a draining process, from `WEBHOOKD_SINK_URL` and
+//! `WEBHOOKD_SINK_<NAME>_URL`, and what start-up and `config check` say of
+//! them.
 
 use secrecy::ExposeSecret;
 
 use crate::clock::Clock;
-use crate::config::ServeSettings;
-use crate::secrets::non_empty;
+use crate::config::{ServeSettings, SinkEntry};
 use crate::sinks::log::LogSink;
-use crate::sinks::{Problem, Sink, SinkSettings};
+use crate::sinks::{NeedsSecret, Problem, Sink, SinkSettings};
 
-/// The sink `WEBHOOKD_SINK_URL` names by its scheme (`http(s)` needs
-/// `WEBHOOKD_SINK_SECRET`; a broker signs when it is set), else the `log`
-/// sink. Nothing connects yet.
-pub fn sink(settings: &ServeSettings, clock: Clock) -> anyhow::Result<Sink> {
+/// A sink of the configuration, built: its entry, and what delivers to it.
+pub struct Configured {
+    pub entry: SinkEntry,
+    pub sink: Sink,
+}
+
+/// Every sink of `settings` ([`crate::config::OutboxSettings::every_sink`]),
+/// each by its URL's scheme (`http(s)` needs its secret; a broker signs
+/// when it is set), the `log` sink for `default` when it has none. Nothing
+/// connects yet. Every problem is said, each with its variable.
+pub fn sinks(settings: &ServeSettings, clock: &Clock) -> anyhow::Result<Vec<Configured>> {
     let outbox = &settings.outbox;
-    let Some(url) = non_empty(&outbox.sink_url) else {
-        return Ok(Sink::Log(LogSink));
-    };
-    let secret = non_empty(&outbox.sink_secret);
-    let secret = secret.as_ref().map(|secret| secret.expose_secret());
     let sink_settings = SinkSettings {
         timeout: outbox.sink_timeout,
         max_body_bytes: outbox.sink_max_body_bytes,
     };
-    Sink::from_url(url.expose_secret(), secret, sink_settings, clock)
-        .map_err(|error| anyhow::anyhow!("WEBHOOKD_SINK_URL: {error:#}"))
-}
-
-/// Checks a broker sink at start-up: credentials the broker refuses, or
-/// an exchange or stream it does not have, stop the start; a broker that
-/// cannot be reached now is only logged (deliveries wait and retry, and
-/// readiness does not depend on it).
-pub async fn check_sink(settings: &ServeSettings) -> anyhow::Result<()> {
-    match sink_problem(settings).await {
-        None => Ok(()),
-        Some(Problem::Wrong(said)) => Err(anyhow::anyhow!("WEBHOOKD_SINK_URL: {said}")),
-        Some(Problem::Unreachable(said)) => {
-            tracing::warn!(problem = %said, "the sink cannot be reached now: deliveries wait and retry");
-            Ok(())
+    let mut configured = Vec::new();
+    let mut problems = Vec::new();
+    for entry in outbox.every_sink()? {
+        let Some(url) = &entry.url else {
+            configured.push(Configured {
+                entry,
+                sink: Sink::Log(LogSink),
+            });
+            continue;
+        };
+        let secret = entry.secret.as_ref().map(ExposeSecret::expose_secret);
+        match Sink::from_url(url.expose_secret(), secret, sink_settings, clock.clone()) {
+            Ok(sink) => configured.push(Configured { entry, sink }),
+            Err(error) if error.is::<NeedsSecret>() => problems.push(format!(
+                "{}: {error} ({})",
+                entry.url_variable(),
+                entry.secret_variable()
+            )),
+            Err(error) => problems.push(format!("{}: {error:#}", entry.url_variable())),
         }
     }
+    match problems.as_slice() {
+        [] => Ok(configured),
+        [one] => anyhow::bail!("{one}"),
+        many => anyhow::bail!("{}", many.join("\n")),
+    }
 }
 
-/// What is wrong with the sink of a draining process, connecting to a
-/// broker to find out ([`Sink::check`]); a URL that does not parse is
-/// [`Problem::Wrong`].
-pub async fn sink_problem(settings: &ServeSettings) -> Option<Problem> {
+/// Checks the broker sinks at start-up: credentials a broker refuses, or
+/// an exchange or stream it does not have, stop the start; a broker that
+/// cannot be reached now is only logged (deliveries to it wait and retry,
+/// and readiness does not depend on it).
+pub async fn check_sinks(settings: &ServeSettings) -> anyhow::Result<()> {
+    let mut wrong = Vec::new();
+    for problem in sink_problems(settings).await {
+        match problem {
+            Problem::Wrong(said) => wrong.push(said),
+            Problem::Unreachable(said) => tracing::warn!(
+                problem = %said,
+                "a sink cannot be reached now: deliveries to it wait and retry"
+            ),
+        }
+    }
+    match wrong.as_slice() {
+        [] => Ok(()),
+        many => anyhow::bail!("{}", many.join("\n")),
+    }
+}
+
+/// What is wrong with each sink of a draining process, each said after the
+/// variable of its URL, connecting to a broker to find out
+/// ([`Sink::check`]); URLs that do not parse are [`Problem::Wrong`].
+pub async fn sink_problems(settings: &ServeSettings) -> Vec<Problem> {
     if !settings.role.drains() {
-        return None;
+        return Vec::new();
     }
-    match sink(settings, Clock::System) {
-        Ok(sink) => sink.check().await.err(),
-        Err(error) => Some(Problem::Wrong(format!("{error:#}"))),
+    let configured = match sinks(settings, &Clock::System) {
+        Ok(configured) => configured,
+        Err(error) => return vec![Problem::Wrong(format!("{error:#}"))],
+    };
+    let mut problems = Vec::new();
+    for Configured { entry, sink } in configured {
+        let variable = entry.url_variable();
+        match sink.check().await {
+            Ok(()) => {}
+            Err(Problem::Wrong(said)) => {
+                problems.push(Problem::Wrong(format!("{variable}: {said}")))
+            }
+            Err(Problem::Unreachable(said)) => {
+                problems.push(Problem::Unreachable(format!("{variable}: {said}")));
+            }
+        }
     }
+    problems
 }

@@ -17,11 +17,14 @@ use crate::providers::Providers;
 use crate::secrets::non_empty;
 use crate::sweep::schedule::{Sweeper, Target};
 
-/// The outbox drainer `serve` runs, delivering to [`super::sink::sink`].
-pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::Result<Drainer> {
+/// The outbox drainers `serve` runs, one for each sink of
+/// [`super::sink::sinks`], each draining that sink's rows.
+pub fn drainers(
+    settings: &ServeSettings,
+    pool: PgPool,
+    clock: Clock,
+) -> anyhow::Result<Vec<Drainer>> {
     let outbox = &settings.outbox;
-    let sink = super::sink::sink(settings, clock.clone())?;
-    tracing::info!(sink = sink.name(), "outbox drainer configured");
     let drainer_settings = DrainerSettings {
         batch: outbox.outbox_batch,
         batch_bytes: outbox.outbox_batch_bytes,
@@ -34,7 +37,19 @@ pub fn drainer(settings: &ServeSettings, pool: PgPool, clock: Clock) -> anyhow::
             cap: outbox.outbox_backoff_cap,
         },
     };
-    Ok(Drainer::new(pool, sink, drainer_settings, clock))
+    let configured = super::sink::sinks(settings, &clock)?;
+    Ok(configured
+        .into_iter()
+        .map(|super::Configured { entry, sink }| {
+            tracing::info!(
+                sink = %entry.name,
+                kind = sink.name(),
+                topics = %entry.topics.patterns().join(","),
+                "outbox drainer configured"
+            );
+            Drainer::new(pool.clone(), sink, drainer_settings, clock.clone()).for_sink(&entry.name)
+        })
+        .collect())
 }
 
 /// The periodic sweep `serve` runs in a draining process, when it is on

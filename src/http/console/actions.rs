@@ -203,6 +203,8 @@ pub struct BulkRetryForm {
     #[serde(default)]
     topic: String,
     #[serde(default)]
+    sink: String,
+    #[serde(default)]
     error: String,
     /// The highest id the dry run counted, and when it counted: rows that
     /// died since are left.
@@ -222,6 +224,7 @@ pub async fn bulk_retry(
     let query = OutboxQuery {
         state: "dead".to_owned(),
         topic: form.topic,
+        sink: form.sink,
         error: form.error,
         ..OutboxQuery::default()
     };
@@ -238,6 +241,7 @@ pub async fn bulk_retry(
     tracing::info!(
         actor = %actor.describe(),
         topic = %bounded(filter.topic.as_deref().unwrap_or("*")),
+        sink = %bounded(filter.sink.as_deref().unwrap_or("*")),
         error = %bounded(filter.error.as_deref().unwrap_or("*")),
         max_id = form.max_id,
         as_of = %bounded(&form.as_of),

@@ -384,11 +384,14 @@ pub struct OutboxPage {
     pub chrome: Chrome,
     pub state: String,
     pub topic: String,
+    pub sink: String,
     pub error: String,
     pub rows: Vec<Listed>,
     pub later: Option<String>,
     pub first_page: bool,
     pub depth: crate::outbox::Depth,
+    /// Each sink's rows waiting and dead.
+    pub sinks: Vec<(String, crate::outbox::Depth)>,
     pub notice: Option<String>,
     /// This filter's query string, for the bulk retry and the way back.
     pub query: String,
@@ -399,6 +402,7 @@ pub struct OutboxPage {
 pub struct BulkRetry {
     pub chrome: Chrome,
     pub topic: String,
+    pub sink: String,
     pub error: String,
     pub count: i64,
     pub max_id: i64,

@@ -23,7 +23,8 @@ const WITHIN: Duration = Duration::from_secs(2);
 /// The database's gauges, as far as they could be read.
 #[derive(Debug, Clone, Default)]
 pub struct Scraped {
-    pub outbox: Option<outbox::Depth>,
+    /// By sink.
+    pub outbox: Option<Vec<(String, outbox::Depth)>>,
     /// Events waiting for a dependency: how many, the oldest's age (s).
     pub deferred: Option<(i64, f64)>,
     /// Those of them waiting for an owner.
@@ -57,12 +58,14 @@ impl Scraped {
         let recorder = PrometheusBuilder::new().build_recorder();
         describe(&recorder);
         let mut values = Vec::new();
-        if let Some(depth) = self.outbox {
-            values.extend([
+        for (sink, depth) in self.outbox.iter().flatten() {
+            for (name, value) in [
                 (OUTBOX_DEPTH, depth.pending as f64),
                 (OLDEST_PENDING, depth.oldest_pending_secs),
                 (OUTBOX_DEAD, depth.dead as f64),
-            ]);
+            ] {
+                gauge(&recorder, name, vec![Label::new("sink", sink.clone())]).set(value);
+            }
         }
         if let Some((count, oldest)) = self.deferred {
             values.extend([(DEFERRED_DEPTH, count as f64), (DEFERRED_OLDEST, oldest)]);
@@ -76,7 +79,7 @@ impl Scraped {
                 (OWNER_CONFLICTS, counts.conflicts as f64),
             ]);
         }
-        if values.is_empty() && self.last_successes.is_empty() {
+        if values.is_empty() && self.last_successes.is_empty() && self.outbox.is_none() {
             return String::new();
         }
         for (name, value) in values {
@@ -92,8 +95,8 @@ impl Scraped {
 
 // The reads own their pool (each runs on a task of its own).
 
-async fn outbox_depth(pool: PgPool) -> Result<outbox::Depth, sqlx::Error> {
-    outbox::depth(&pool).await
+async fn outbox_depth(pool: PgPool) -> Result<Vec<(String, outbox::Depth)>, sqlx::Error> {
+    outbox::depth_by_sink(&pool).await
 }
 
 async fn deferred_depth(pool: PgPool) -> Result<(i64, f64), sqlx::Error> {

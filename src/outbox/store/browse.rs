@@ -1,5 +1,5 @@
 //! Reading and re-queueing rows by filter, as the console does: pending or
-//! dead rows by topic and error text, keyset-paginated by id, and a bulk
+//! dead rows by topic, sink and error text, keyset-paginated by id, and a bulk
 //! retry that first counts what it would touch.
 
 use crate::db::{self, Timestamp};
@@ -13,6 +13,8 @@ use super::Listed;
 pub struct Filter {
     pub dead: Option<bool>,
     pub topic: Option<String>,
+    /// Rows of this sink only.
+    pub sink: Option<String>,
     /// Rows whose last error contains this text, ignoring case.
     pub error: Option<String>,
 }
@@ -29,7 +31,7 @@ pub async fn page(
         .all(sqlx::query_as!(
             Listed,
             r#"
-        select id, topic, provider, event_id, attempts,
+        select id, topic, sink, provider, event_id, attempts,
                case when dead_at is not null then 'dead'
                     when locked_until > now() then 'leased'
                     else 'pending' end as "state!",
@@ -42,6 +44,7 @@ pub async fn page(
           and ($1::bool is null or (dead_at is not null) = $1)
           and ($2::text is null or topic = $2)
           and ($3::text is null or strpos(lower(coalesce(last_error, '')), lower($3)) > 0)
+          and ($6::text is null or sink = $6)
         order by id
         limit $5
         "#,
@@ -50,6 +53,7 @@ pub async fn page(
             filter.error,
             after,
             limit,
+            filter.sink,
         ))
         .await
 }
@@ -75,7 +79,7 @@ pub async fn of_event(
             select (select min(o.topic) from outbox o where o.topic > t.topic)
             from topics t where t.topic is not null
         )
-        select o.id, o.topic, o.provider, o.event_id, o.attempts,
+        select o.id, o.topic, o.sink, o.provider, o.event_id, o.attempts,
                case when o.delivered_at is not null then 'delivered'
                     when o.dead_at is not null then 'dead'
                     when o.locked_until > now() then 'leased'
@@ -114,9 +118,11 @@ pub async fn count_dead(pool: &PgPool, filter: &Filter) -> Result<Counted, sqlx:
         where dead_at is not null and delivered_at is null
           and ($1::text is null or topic = $1)
           and ($2::text is null or strpos(lower(coalesce(last_error, '')), lower($2)) > 0)
+          and ($3::text is null or sink = $3)
         "#,
         filter.topic,
         filter.error,
+        filter.sink,
     ));
     let row = row.await?;
     Ok(Counted {
@@ -153,6 +159,7 @@ pub async fn retry_dead_matching(
           and ($5::text is null or dead_at <= $5::text::timestamptz)
           and ($1::text is null or topic = $1)
           and ($2::text is null or strpos(lower(coalesce(last_error, '')), lower($2)) > 0)
+          and ($6::text is null or sink = $6)
         returning id
         "#,
         filter.topic,
@@ -160,6 +167,7 @@ pub async fn retry_dead_matching(
         bound.id,
         bound.max_id,
         bound.dead_by,
+        filter.sink,
     )
     .fetch_all(&mut *tx)
     .await?;

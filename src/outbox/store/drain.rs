@@ -59,13 +59,14 @@ pub struct Terms {
     pub ordered: bool,
 }
 
-/// Leases due rows for `lease_secs`, oldest first, within `budget`: one
+/// Leases due rows of `sink` for `lease_secs`, oldest first, within `budget`: one
 /// statement picks them with `for update skip locked`, bumps `attempts`,
 /// sets `locked_until`, and commits. A row whose budget of `max_attempts`
 /// is spent (see [`Abandoned`]) is dead-lettered by the same statement.
 /// `now` is Unix seconds, or `None` for the database's clock.
 pub async fn lease(
     pool: &PgPool,
+    sink: &str,
     budget: Budget,
     terms: Terms,
     now: Option<f64>,
@@ -80,13 +81,14 @@ pub async fn lease(
                    o.attempts - o.requeued_attempts >= $5 as spent,
                    coalesce(o.payload_bytes, octet_length(o.payload::text))::int8 as bytes
             from outbox o, clock
-            where o.delivered_at is null and o.dead_at is null
+            where o.sink = $8 and o.delivered_at is null and o.dead_at is null
               and o.available_at <= clock.now
               and (o.locked_until is null or o.locked_until <= clock.now)
               -- Ordered: only the oldest undelivered row of its key.
               and (not $7 or o.ordering_key is null or not exists (
                   select 1 from outbox older
                   where older.ordering_key = o.ordering_key and older.id < o.id
+                    and older.sink = o.sink
                     and older.delivered_at is null and older.dead_at is null))
             order by o.available_at, o.id
             limit $1
@@ -131,7 +133,7 @@ pub async fn lease(
                (select count(*) from due) as "due!",
                (select extract(epoch from min(n.available_at) - (select now from clock))::float8
                 from outbox n
-                where n.delivered_at is null and n.dead_at is null
+                where n.sink = $8 and n.delivered_at is null and n.dead_at is null
                   and n.available_at > (select now from clock)) as "next_due_secs?"
         from (select 1) as one left join leased l on true
         order by l.available_at, l.id
@@ -143,6 +145,7 @@ pub async fn lease(
         terms.max_attempts,
         budget.oversized,
         terms.ordered,
+        sink,
     )
     .fetch_all(&mut *tx)
     .await?;

@@ -125,7 +125,7 @@ async fn the_outbox_page_lists_undelivered_rows_by_state_topic_and_error_text(po
         .page("/console/outbox?state=dead&topic=wallet.credited&error=500")
         .await;
     assert!(filtered.body.contains(
-        "href=\"/console/outbox/retry?state=dead&#38;topic=wallet.credited&#38;error=500\""
+        "href=\"/console/outbox/retry?state=dead&#38;topic=wallet.credited&#38;sink=&#38;error=500\""
     ));
 }
 
@@ -295,7 +295,7 @@ async fn a_bulk_retry_counts_first_and_then_retries_exactly_the_rows_it_counted(
     confirmed.assert_status(StatusCode::SEE_OTHER, "confirmed");
     assert_eq!(
         confirmed.location(),
-        "/console/outbox?state=dead&topic=wallet.credited&error=&retried=3"
+        "/console/outbox?state=dead&topic=wallet.credited&sink=&error=&retried=3"
     );
     let still_dead = dead_ids(&app.pool).await;
     let receipts_dead = ids(

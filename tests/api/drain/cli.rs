@@ -76,6 +76,7 @@ async fn listings_and_stories_escape_and_bound_what_the_network_sent(pool: PgPoo
     let mut out = Vec::new();
     let outbox = OutboxCommand::List {
         dead: false,
+        sink: None,
         limit: 10,
     };
     cli::outbox::run(&pool, &outbox, &mut out).await.unwrap();

@@ -12,10 +12,15 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use webhookd::clock::Clock;
 use webhookd::ingest::Wake;
-use webhookd::outbox::{Drainer, DrainerSettings, Waker};
+use webhookd::outbox::{Drainer, DrainerSettings, Waker, Wakers};
 use webhookd::providers::Event;
 
 use crate::drain::sink::{TestSink, settings, until_delivered};
+
+/// The drainers of a process that drains the sink `default` alone.
+fn one_sink(waker: &Waker) -> Wakers {
+    Wakers::new(vec![("default".to_owned(), waker.clone())])
+}
 use crate::helpers::payment_intent_succeeded;
 
 /// `n` Stripe credits, one wallet each.
@@ -82,7 +87,7 @@ async fn rows_written_in_this_process_are_delivered_without_a_lease(pool: PgPool
     let events = credits("h", 20);
     for batch in events.chunks(5) {
         let answers =
-            webhookd::ingest::batch::apply(&pool, batch, Wake::InProcess(waker.clone())).await;
+            webhookd::ingest::batch::apply(&pool, batch, Wake::InProcess(one_sink(&waker))).await;
         assert!(answers.iter().all(Result::is_ok));
     }
     until_delivered(&pool, 20).await;
@@ -137,7 +142,8 @@ async fn rows_beyond_the_byte_budget_go_back_to_the_table_due_at_once(pool: PgPo
     );
     let (waker, shutdown, run) = running(drainer).await;
     let events = credits("b", 12);
-    let answers = webhookd::ingest::batch::apply(&pool, &events, Wake::InProcess(waker)).await;
+    let answers =
+        webhookd::ingest::batch::apply(&pool, &events, Wake::InProcess(one_sink(&waker))).await;
     assert!(answers.iter().all(Result::is_ok));
     until_delivered(&pool, 12).await;
     let mut ids = sink.webhook_ids();
@@ -160,7 +166,8 @@ async fn handed_rows_of_a_drainer_that_died_are_delivered_once_their_lease_expir
     let drainer = sink.drainer_with(pool.clone(), settings(5));
     let (waker, _shutdown, run) = running(drainer).await;
     let events = credits("d", 3);
-    let answers = webhookd::ingest::batch::apply(&pool, &events, Wake::InProcess(waker)).await;
+    let answers =
+        webhookd::ingest::batch::apply(&pool, &events, Wake::InProcess(one_sink(&waker))).await;
     assert!(answers.iter().all(Result::is_ok));
     // Its deliveries arrived and hang; the process dies.
     sink.until_received(3).await;
@@ -185,7 +192,7 @@ async fn rows_handed_after_the_drainer_stopped_are_given_back_due_at_once(pool: 
     let (waker, shutdown, run) = running(drainer).await;
     // A transaction that read the lease while the drainer ran commits
     // after it stopped.
-    let lease = waker.lease_secs();
+    let lease = one_sink(&waker).lease();
     shutdown.cancel();
     run.await.unwrap();
     let payload = serde_json::json!({ "late": true });

@@ -10,3 +10,4 @@ pub mod outbox;
 pub mod pipeline;
 pub mod retry;
 pub mod sink;
+pub mod sinks;

@@ -177,6 +177,7 @@ async fn a_sink_down_past_max_attempts_dead_letters_and_retry_requeues(pool: PgP
         &pool,
         &OutboxCommand::List {
             dead: true,
+            sink: None,
             limit: 10,
         },
         &mut listing,
@@ -193,6 +194,7 @@ async fn a_sink_down_past_max_attempts_dead_letters_and_retry_requeues(pool: PgP
     let retry = OutboxCommand::Retry {
         id: Some(id),
         all_dead: false,
+        sink: None,
     };
     webhookd::cli::outbox::run(&pool, &retry, &mut output)
         .await

@@ -78,6 +78,11 @@ impl TestSink {
         );
     }
 
+    /// Answers 200 from now on, whatever was scripted.
+    pub fn recover(&self) {
+        self.state.script.lock().unwrap().clear();
+    }
+
     pub fn received(&self) -> Vec<Received> {
         self.state.received.lock().unwrap().clone()
     }

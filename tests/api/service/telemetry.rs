@@ -139,11 +139,14 @@ async fn metrics_count_every_outcome(pool: PgPool) {
         Some(&7.0)
     );
     assert_eq!(
-        metrics.get("webhookd_outbox_depth"),
+        metrics.get("webhookd_outbox_depth{sink=\"default\"}"),
         Some(&2.0),
         "wallet.credited and subscription.changed wait"
     );
-    assert_eq!(metrics.get("webhookd_outbox_dead"), Some(&0.0));
+    assert_eq!(
+        metrics.get("webhookd_outbox_dead{sink=\"default\"}"),
+        Some(&0.0)
+    );
     // Every verified event goes through the group commit; these were sent
     // one after the other, so each was a batch of one.
     assert_eq!(metrics.get("webhookd_ingest_batches_total"), Some(&7.0));
@@ -162,7 +165,7 @@ async fn metrics_count_every_outcome(pool: PgPool) {
     assert_eq!(size("_bucket{le=\"+Inf\"}"), Some(&7.0));
     assert_eq!(size("_count"), Some(&7.0));
     assert_eq!(size("_sum"), Some(&7.0));
-    assert!(metrics.contains_key("webhookd_outbox_oldest_pending_age_seconds"));
+    assert!(metrics.contains_key("webhookd_outbox_oldest_pending_age_seconds{sink=\"default\"}"));
 }
 
 #[sqlx::test]
@@ -341,7 +344,11 @@ async fn a_worker_process_serves_health_and_metrics_but_no_webhooks(pool: PgPool
     let body = payment_intent_succeeded("evt_w", "pi_w", "user_1", 100);
     assert_eq!(app.post_stripe(&body).await.status(), StatusCode::NOT_FOUND);
     assert_eq!(readyz(&app).await, StatusCode::OK);
-    assert!(scrape(&app).await.contains_key("webhookd_outbox_depth"));
+    assert!(
+        scrape(&app)
+            .await
+            .contains_key("webhookd_outbox_depth{sink=\"default\"}")
+    );
     app.assert_nothing_written().await;
 }
 

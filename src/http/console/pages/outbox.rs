@@ -19,6 +19,9 @@ pub struct OutboxQuery {
     pub state: String,
     #[serde(default)]
     pub topic: String,
+    /// A sink's name, or empty (every sink).
+    #[serde(default)]
+    pub sink: String,
     #[serde(default)]
     pub error: String,
     #[serde(default)]
@@ -36,6 +39,7 @@ impl OutboxQuery {
                 _ => None,
             },
             topic: given(&self.topic),
+            sink: given(&self.sink),
             error: given(&self.error),
         }
     }
@@ -43,9 +47,10 @@ impl OutboxQuery {
     /// The filter as a query string (without the page).
     pub fn query(&self) -> String {
         format!(
-            "state={}&topic={}&error={}",
+            "state={}&topic={}&sink={}&error={}",
             query_value(self.state.trim()),
             query_value(self.topic.trim()),
+            query_value(self.sink.trim()),
             query_value(self.error.trim())
         )
     }
@@ -58,9 +63,9 @@ pub async fn outbox(
 ) -> Response {
     let pool = &console.app.pool;
     let filter = query.filter();
-    let (rows, depth) = match tokio::try_join!(
+    let (rows, sinks) = match tokio::try_join!(
         browse::page(pool, &filter, query.after, PAGE_ROWS),
-        outbox::depth(pool)
+        outbox::depth_by_sink(pool)
     ) {
         Ok(reads) => reads,
         Err(error) => return failed(&error),
@@ -73,11 +78,13 @@ pub async fn outbox(
         chrome: Chrome::new(&console, &actor, "outbox"),
         state: query.state.trim().to_owned(),
         topic: query.topic.trim().to_owned(),
+        sink: query.sink.trim().to_owned(),
         error: query.error.trim().to_owned(),
         rows,
         later,
         first_page: query.after.is_none(),
-        depth,
+        depth: outbox::Depth::total(&sinks),
+        sinks,
         notice: query
             .retried
             .map(|n| format!("Re-queued {n} dead row(s) for delivery.")),
@@ -99,6 +106,7 @@ pub async fn bulk_retry(
     page(&views::BulkRetry {
         chrome: Chrome::new(&console, &actor, "outbox"),
         topic: query.topic.trim().to_owned(),
+        sink: query.sink.trim().to_owned(),
         error: query.error.trim().to_owned(),
         count: counted.count,
         max_id: counted.max_id.unwrap_or(0),
