@@ -65,7 +65,7 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
             from wallet_entries w join related using (provider, event_id)
             union all
             select o.created_at,
-                   format('outbox #%s %s written by event %s', o.id, o.topic, o.event_id)
+                   format('outbox #%s %s written by event %s, for sink %s', o.id, o.topic, o.event_id, o.sink)
             from written o
             union all
             select a.at,

@@ -400,7 +400,9 @@ async fn the_console_works_in_a_real_browser(pool: PgPool) {
     // The outbox: the dead row, and the pending one that just arrived.
     browser.goto(&app.admin("/console/outbox")).await;
     browser.wait_for("form.filters").await;
-    let rows = browser.text_of("main table tbody").await;
+    let sinks = browser.text_of("main table.sinks tbody").await;
+    assert!(sinks.starts_with("default 1 "), "each sink's rows: {sinks}");
+    let rows = browser.text_of("main table.rows tbody").await;
     assert!(rows.contains("dead") && rows.contains("pending"), "{rows}");
     assert!(rows.contains("HTTP 422"), "{rows}");
     assert!(
@@ -421,7 +423,7 @@ async fn the_console_works_in_a_real_browser(pool: PgPool) {
     browser
         .wait_for_url_containing("/console/outbox?state=dead")
         .await;
-    let listed = texts(&browser, "main table tbody tr").await;
+    let listed = texts(&browser, "main table.rows tbody tr").await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_clean_log(&browser, "the dead rows").await;
     browser.click(&browser.find("a.button").await).await;

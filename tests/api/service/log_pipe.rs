@@ -133,7 +133,8 @@ async fn sigterm_stops_the_server_after_its_log_output_closed(pool: PgPool) {
     let metrics = client.get(format!("{base}/metrics")).send().await.unwrap();
     let metrics = metrics.text().await.unwrap();
     assert!(dropped(&metrics) > 0, "lines were logged after the close");
-    // The drainer of this process reports its statements and memory.
+    // The drainer of this process (of the sink `default`) reports its
+    // statements and memory.
     for name in [
         "webhookd_outbox_lease_statements_total",
         "webhookd_outbox_record_statements_total",
@@ -141,7 +142,8 @@ async fn sigterm_stops_the_server_after_its_log_output_closed(pool: PgPool) {
         "webhookd_outbox_held_bytes",
         "webhookd_outbox_peak_held_bytes",
     ] {
-        let exported = metrics.lines().any(|l| l.starts_with(&format!("{name} ")));
+        let series = format!("{name}{{sink=\"default\"}} ");
+        let exported = metrics.lines().any(|l| l.starts_with(&series));
         assert!(exported, "{name}");
     }
     let status = terminate(child).await;
