@@ -2,7 +2,8 @@
 # The upgrade to monthly partitions on a populated database: RETAINED events
 # (default 5 million), an outbox row for each (delivered, a hundredth with a
 # failed attempt) are written under the schema before partitions, then
-# each of the partition migrations is applied in turn, timed, while pgbench
+# each migration from the partitions on (the later ones too) is applied in
+# turn, timed, while pgbench
 # inserts new events and their outbox rows all along (8 clients, on
 # conflict do nothing, as webhookd's claims do); prints each step's time and the longest an insert
 # took during it, which is what the step made ingest wait. Uses

@@ -85,11 +85,16 @@ pub async fn enqueue<'a>(
             from routed
             -- Unique across months too: every writer of an event's rows
             -- holds that event's locks (its claim, or its effects' for a
-            -- replay or a release), so this read is exact.
-            where not exists (select from outbox o
-                              where o.topic = routed.topic
-                                and o.dedupe_key = routed.provider || ':' || routed.event_id
-                                and o.sink = routed.sink)
+            -- replay or a release), so this read is exact. One lookup by
+            -- key a row (the limit keeps it one: planned once a connection,
+            -- on a new database's empty outbox, an anti join read the whole
+            -- outbox each time once it had grown).
+            left join lateral (select true as found from outbox o
+                               where o.topic = routed.topic
+                                 and o.dedupe_key = routed.provider || ':' || routed.event_id
+                                 and o.sink = routed.sink
+                               limit 1) as seen on true
+            where seen.found is null
             order by position, sink
             on conflict do nothing
             returning id, topic, provider, event_id, sink, attempts,
