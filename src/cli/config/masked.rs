@@ -2,9 +2,12 @@
 //! whatever else may carry a credential) as `***`.
 
 /// Whether the value of `variable` is a secret: its flag hides it
-/// (`hidden`), or its name says so (`*_SECRET`, `*_TOKEN`, `*_KEY`, ...).
+/// (`hidden`), or its name says so (`*_SECRET`, `*_TOKEN`, `*_KEY`, ...,
+/// and a named sink's URL, `WEBHOOKD_SINK_<NAME>_URL`, which may carry a
+/// broker's password as the unnamed one's does).
 pub fn is_secret(variable: &str, hidden: bool) -> bool {
     hidden
+        || (variable.starts_with("WEBHOOKD_SINK_") && variable.ends_with("_URL"))
         || variable.ends_with("_KEY")
         || ["SECRET", "TOKEN", "PASSWORD"]
             .iter()
@@ -61,6 +64,14 @@ mod tests {
         assert!(is_secret("WEBHOOKD_SOURCE_GH_SECRET", false));
         assert!(is_secret("STRIPE_API_KEY", false));
         assert!(is_secret("WEBHOOKD_ADMIN_TOKEN", false));
+        assert!(is_secret("WEBHOOKD_SINK_BILLING_URL", false));
+        assert_eq!(
+            masked(
+                "WEBHOOKD_SINK_BILLING_URL",
+                "amqp://app:broker-pw@rabbit:5672/%2f?exchange=E"
+            ),
+            "amqp://app:***@rabbit:5672/***?***"
+        );
         assert!(is_secret("DATABASE_URL", true));
         assert!(!is_secret("RAZORPAY_KEY_ID", false));
         assert!(!is_secret("WEBHOOKD_LISTEN", false));
