@@ -104,7 +104,6 @@ pub async fn enqueue<'a>(
         select (min(routed.position) - 1)::int as "index!", written.id as "id!",
                min(written.attempts) as "attempts!",
                min(written.leased_payload) as "leased_payload?",
-               min(written.sink) as "sink!",
                -- RFC 3339, as the lease gives it; the colons quoted, so that
                -- pgbench (scripts/own-statements.py) reads no variable here.
                to_char(min(written.created_at) at time zone 'UTC',

@@ -263,7 +263,7 @@ pub async fn serve(
         }
         let drainers = drainers(&settings, pool.clone(), Clock::System)?;
         // Rows are written for the sinks this process drains, from now on.
-        route(&pool, &drainers, &settings).await?;
+        route(&pool, &settings).await?;
         let mut wakers = Vec::new();
         for drainer in drainers {
             let drainer = drainer.listening_on(listen.clone());
@@ -314,17 +314,12 @@ pub async fn serve(
     served
 }
 
-/// Makes the outbox's routing the sinks `drainers` drain, with the topics
-/// `settings` give them ([`crate::outbox::store::routes::sync`]), and says
-/// what changed.
-async fn route(
-    pool: &PgPool,
-    drainers: &[crate::outbox::Drainer],
-    settings: &ServeSettings,
-) -> anyhow::Result<()> {
+/// Makes the outbox's routing the sinks of `settings`, each of which this
+/// process drains, with their topics ([`crate::outbox::store::routes::sync`]),
+/// and says what changed.
+async fn route(pool: &PgPool, settings: &ServeSettings) -> anyhow::Result<()> {
     let entries = settings.outbox.every_sink()?;
     let sinks: Vec<(&str, &config::Topics)> = (entries.iter())
-        .filter(|entry| drainers.iter().any(|d| d.route() == entry.name))
         .map(|entry| (entry.name.as_str(), &entry.topics))
         .collect();
     let synced = crate::outbox::store::routes::sync(pool, &sinks)

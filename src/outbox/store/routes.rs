@@ -7,14 +7,6 @@ use sqlx::PgPool;
 
 use crate::outbox::Topics;
 
-/// A sink and the topics it takes, as routed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub name: String,
-    /// The patterns as configured (`*` for any run of characters).
-    pub topics: Vec<String>,
-}
-
 /// What [`sync`] changed.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Synced {
@@ -93,11 +85,4 @@ pub async fn sync(pool: &PgPool, sinks: &[(&str, &Topics)]) -> Result<Synced, sq
     synced.added.sort();
     synced.changed.sort();
     Ok(synced)
-}
-
-/// The routing now, by name.
-pub async fn routes(pool: &PgPool) -> Result<Vec<Route>, sqlx::Error> {
-    sqlx::query_as!(Route, "select name, topics from outbox_sinks order by name")
-        .fetch_all(pool)
-        .await
 }
