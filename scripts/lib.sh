@@ -8,23 +8,38 @@ require_cargo() {
     command -v cargo >/dev/null 2>&1 || die "cargo is not installed; install Rust with rustup (https://rustup.rs) and rerun"
 }
 
-# Chromium and chromedriver, for the console's browser test: installs
-# Debian's packages when either is missing (as root, else with sudo -n).
-require_browser() {
-    command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
-    local packages="chromium chromium-driver" sudo=""
+# apt_install WHAT PACKAGE...: installs Debian's PACKAGEs (as root, else
+# with sudo -n), or dies saying that WHAT needs them.
+apt_install() {
+    local what=$1 sudo=""
+    shift
     if [ "$(id -u)" -ne 0 ]; then
-        sudo -n true 2>/dev/null \
-            || die "Chromium and chromedriver are needed for the browser test: install $packages (Debian) or run as root"
+        sudo -n true 2>/dev/null || die "$what: install $* (Debian) or run as root"
         sudo="sudo -n"
     fi
-    command -v apt-get >/dev/null 2>&1 \
-        || die "Chromium and chromedriver are needed for the browser test: install them (Debian: $packages)"
-    log "installing Chromium and chromedriver (Debian packages $packages)"
-    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >&2 \
-        || die "could not install $packages"
+    command -v apt-get >/dev/null 2>&1 || die "$what: install $* (Debian packages)"
+    log "installing $* (Debian packages)"
+    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2 \
+        || die "could not install $*"
+}
+
+# Chromium and chromedriver, for the console's browser test: installs
+# Debian's packages when either is missing.
+require_browser() {
+    command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
+    apt_install "Chromium and chromedriver are needed for the browser test" chromium chromium-driver
     command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 \
-        || die "$packages installed, yet chromium or chromedriver is not on PATH"
+        || die "chromium chromium-driver installed, yet chromium or chromedriver is not on PATH"
+}
+
+# promtool, for the tests of the shipped alerting rules: installs Debian's
+# prometheus package when it is missing. On a host that runs services the
+# package also starts a Prometheus on :9090, the admin listener's default
+# port: only promtool is used (`systemctl disable --now prometheus`).
+require_promtool() {
+    command -v promtool >/dev/null 2>&1 && return 0
+    apt_install "promtool is needed to check the alerting rules" prometheus
+    command -v promtool >/dev/null 2>&1 || die "prometheus installed, yet promtool is not on PATH"
 }
 
 # The brokers the sink tests deliver to: nats-server (each test starts its
@@ -274,15 +289,7 @@ start_webhookd() {
 # sudo -n).
 require_pgbouncer() {
     pgbouncer_bin >/dev/null && return 0
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo -n true 2>/dev/null || die "PgBouncer is needed for the pooler tests: install pgbouncer (Debian) or run as root"
-        sudo="sudo -n"
-    fi
-    command -v apt-get >/dev/null 2>&1 || die "PgBouncer is needed for the pooler tests: install it (Debian: pgbouncer)"
-    log "installing PgBouncer (Debian package pgbouncer)"
-    $sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >&2 \
-        || die "could not install pgbouncer"
+    apt_install "PgBouncer is needed for the pooler tests" pgbouncer
     # The package starts a system-wide PgBouncer on 6432; ours run on ports of their own.
     pgbouncer_bin >/dev/null || die "pgbouncer installed, yet not found"
 }

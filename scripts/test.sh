@@ -64,6 +64,8 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --locked --all-targets -- -D warnings
+log "alerting rules (promtool)"
+bash scripts/check-alerts.sh
 if [ "$#" -eq 0 ]; then
     log "the tests to run again through PgBouncer"
     pooled=$(pooled_tests)
