@@ -138,6 +138,12 @@ pub struct ServeSettings {
     #[arg(long, env = "WEBHOOKD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
 
+    /// Where providers reach this service, e.g. `https://hooks.example.com`:
+    /// `doctor` checks that each provider's endpoint is `<it>/webhooks/<source>`.
+    /// Empty: unset.
+    #[arg(long, env = "WEBHOOKD_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
+
     /// Stripe endpoint signing secrets (`whsec_...`), comma-separated; any one
     /// may match, so a rotation lists old and new. Unset: /webhooks/stripe is 404.
     #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true, value_parser = parse_secrets, default_value = "")]
@@ -215,6 +221,29 @@ pub struct ServeSettings {
     pub outbox: OutboxSettings,
 }
 
+/// `WEBHOOKD_PUBLIC_URL`: an `http(s)` URL with no query or fragment,
+/// without its trailing `/`; empty (as compose passes an unset variable).
+fn parse_public_url(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Ok(String::new());
+    }
+    let refused = || {
+        "expected the service's URL as providers reach it, e.g. https://hooks.example.com"
+            .to_owned()
+    };
+    let url = reqwest::Url::parse(text.trim()).map_err(|_| refused())?;
+    let fits = matches!(url.scheme(), "http" | "https")
+        && url.host_str().is_some()
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty()
+        && url.password().is_none();
+    if !fits {
+        return Err(refused());
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
 /// `serve` alone, as its arguments are parsed.
 #[derive(Parser)]
 struct ServeOnly {
@@ -223,6 +252,11 @@ struct ServeOnly {
 }
 
 impl ServeSettings {
+    /// `WEBHOOKD_PUBLIC_URL`, when it is set.
+    pub fn public_url(&self) -> Option<&str> {
+        self.public_url.as_deref().filter(|url| !url.is_empty())
+    }
+
     /// The settings of `webhookd` run without a subcommand, which means
     /// `webhookd serve`: the command line's defaults, overridden by the
     /// environment (`WEBHOOKD_*`, the secrets).
@@ -314,6 +348,27 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn a_public_url_is_an_http_url_without_its_trailing_slash() {
+        assert_eq!(
+            parse_public_url(" https://hooks.example.com/ ").unwrap(),
+            "https://hooks.example.com"
+        );
+        assert_eq!(
+            parse_public_url("http://example.com/prefix/").unwrap(),
+            "http://example.com/prefix"
+        );
+        for refused in [
+            "hooks.example.com",
+            "ftp://x",
+            "https://x/?a=1",
+            "https://u:p@x",
+        ] {
+            assert!(parse_public_url(refused).is_err(), "{refused}");
+        }
+        assert_eq!(parse_public_url(" ").unwrap(), "", "unset");
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! bytes, and applies each event exactly once in one Postgres transaction.
 
 pub mod api;
+pub mod arrivals;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod db;
+pub mod doctor;
 pub mod effects;
 pub mod erasure;
 pub mod events;

@@ -15,7 +15,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, DATE, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
@@ -113,6 +113,8 @@ pub struct Api {
     headers: Vec<(&'static str, HeaderValue)>,
     /// Requests sent, retries included.
     pub requests: u64,
+    /// The `Date` of the provider's last answer: its clock, to the second.
+    pub date: Option<std::time::SystemTime>,
 }
 
 impl std::fmt::Debug for Api {
@@ -169,6 +171,7 @@ impl Api {
             next_start: Instant::now(),
             headers: Vec::new(),
             requests: 0,
+            date: None,
         })
     }
 
@@ -292,6 +295,10 @@ impl Api {
             Ok(response) => {
                 let status = response.status();
                 let retry_after = retry_after(response.headers().get(RETRY_AFTER));
+                let date = response.headers().get(DATE).and_then(|v| v.to_str().ok());
+                if let Some(date) = date.and_then(|date| httpdate::parse_http_date(date).ok()) {
+                    self.date = Some(date);
+                }
                 self.judge(
                     status,
                     read_bounded(response, MOST_BODY_BYTES).await,

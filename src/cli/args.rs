@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use super::config::ConfigCommand;
+use super::doctor::DoctorArgs;
 use super::drill::DrillArgs;
 use super::erase::EraseCommand;
 use super::events::EventsCommand;
@@ -83,6 +84,10 @@ pub enum Command {
     /// show it with where each value comes from.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Check what stands between a payment and its effect (the
+    /// configuration, the database, the clock, each sink, the providers'
+    /// endpoints, the traffic) and say what to do; exit 1 if a check fails.
+    Doctor(DoctorArgs),
     /// Exit 0 when URL answers 2xx (for container health checks).
     Healthcheck {
         /// Default: /readyz on the port of WEBHOOKD_LISTEN (8080).

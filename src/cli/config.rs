@@ -88,7 +88,10 @@ pub async fn check(
 /// value refused by its flag, then the start-up checks of the settings
 /// with the refused values left at their defaults; and the settings, when
 /// they parse.
-fn problems(layers: &Layers, cli: &clap::Command) -> (Vec<String>, Option<ServeSettings>) {
+pub(super) fn problems(
+    layers: &Layers,
+    cli: &clap::Command,
+) -> (Vec<String>, Option<ServeSettings>) {
     let mut problems = layers.problems().to_vec();
     let refused = config::refused(layers, cli);
     let ignored: BTreeSet<String> = refused.keys().cloned().collect();

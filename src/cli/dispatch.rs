@@ -22,12 +22,25 @@ pub async fn run(cli: Cli, layers: &Layers) -> anyhow::Result<()> {
     if let Some(Command::Config(command)) = cli.command {
         return super::config::run(command, layers, &Cli::command(), out).await;
     }
+    if let Some(Command::Doctor(args)) = cli.command {
+        let passed = super::doctor::run(
+            args,
+            layers,
+            &Cli::command(),
+            &cli.database,
+            &Clock::System,
+            out,
+        )
+        .await?;
+        anyhow::ensure!(passed, "a check failed (see its fix)");
+        return Ok(());
+    }
     layers.require_valid()?;
     let database = &cli.database;
     match cli.command {
         None => serve(ServeSettings::from_layers(layers)?, database).await,
         Some(Command::Serve(settings)) => serve(settings.with_sources(layers)?, database).await,
-        Some(Command::Config(_)) => unreachable!("run above"),
+        Some(Command::Config(_) | Command::Doctor(_)) => unreachable!("run above"),
         Some(Command::Send(args)) => super::send::run(&args, out).await,
         Some(Command::Drill(args)) => drill(&args, database, out).await,
         Some(Command::Healthcheck { url, listen }) => {
@@ -100,6 +113,7 @@ async fn migrate(database: &DatabaseSettings) -> anyhow::Result<()> {
     let created = startup::ensure_partitions(&pool)
         .await
         .context("could not create the months ahead of the partitioned tables")?;
+    startup::ids_past_now(&pool).await?;
     tracing::info!(?created, "migrations applied, partitions ready");
     Ok(())
 }

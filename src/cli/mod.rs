@@ -5,6 +5,7 @@
 pub mod args;
 pub mod config;
 pub mod dispatch;
+pub mod doctor;
 pub mod drill;
 pub mod erase;
 pub mod events;

@@ -327,6 +327,76 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
     }
 }
 
+/// Moves `sequence` on to the time now in microseconds, unless it is past
+/// it already. Ids it hands out then never repeat those a database handed
+/// out after the backup it was restored from: each start moves the
+/// sequence past every id given since the last, as long as fewer than a
+/// million are given a second (far above what webhookd writes). Ids stay
+/// unique and increasing meanwhile: the sequence only moves forward.
+pub async fn sequence_past_now(pool: &PgPool, sequence: &str) -> Result<(), sqlx::Error> {
+    let mut tx = begin(pool).await?;
+    sqlx::query(
+        "select setval($1::regclass, now_us)
+         from (select (extract(epoch from clock_timestamp()) * 1000000)::bigint as now_us) as t
+         where coalesce(pg_sequence_last_value($1::regclass), 0) < now_us",
+    )
+    .bind(sequence)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// How the migrations a database has applied compare with this binary's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Migrations {
+    /// This binary's migrations the database has not applied: version and
+    /// description.
+    pub pending: Vec<(i64, String)>,
+    /// Applied and marked failed (a migration that stopped half way).
+    pub failed: Vec<i64>,
+    /// Applied, and changed since in this binary (their checksum differs).
+    pub changed: Vec<i64>,
+    /// Applied, and unknown to this binary: a newer webhookd migrated.
+    pub unknown: Vec<i64>,
+}
+
+/// How `pool`'s database stands with this binary's migrations.
+pub async fn migrations(pool: &PgPool) -> Result<Migrations, sqlx::Error> {
+    let query = sqlx::query_as::<_, (i64, bool, Vec<u8>)>(
+        "select version, success, checksum from _sqlx_migrations order by version",
+    );
+    let mut tx = read(pool).await?;
+    let applied = match query.fetch_all(&mut *tx).await {
+        Ok(applied) => applied,
+        // No migration table yet: nothing applied.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Vec::new(),
+        Err(error) => return Err(error),
+    };
+    drop(tx);
+    let mut state = Migrations::default();
+    for migration in MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+    {
+        match applied
+            .iter()
+            .find(|(version, ..)| *version == migration.version)
+        {
+            None => (state.pending).push((migration.version, migration.description.to_string())),
+            Some((_, false, _)) => state.failed.push(migration.version),
+            Some((.., checksum)) if *checksum != *migration.checksum => {
+                state.changed.push(migration.version);
+            }
+            Some(_) => {}
+        }
+    }
+    state.unknown = (applied.iter())
+        .map(|(version, ..)| *version)
+        .filter(|version| MIGRATOR.iter().all(|m| m.version != *version))
+        .collect();
+    Ok(state)
+}
+
 /// `items` in the runs a statement that writes a row per item can take:
 /// all of them at once when no two have the same `key`, else one at a time
 /// (one statement may not change a row twice); none for no items.

@@ -27,6 +27,17 @@ const RECORDED: [&str; 3] = [
 const REFUNDS: [&str; 2] = ["PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED"];
 const SUBSCRIPTION: &str = "BILLING.SUBSCRIPTION.";
 
+/// The capture events with an effect, which a PayPal webhook must be
+/// subscribed to (`doctor` checks it); subscription events besides.
+pub const CAPTURE_TYPES: [&str; 6] = [
+    COMPLETED,
+    RECORDED[0],
+    RECORDED[1],
+    RECORDED[2],
+    REFUNDS[0],
+    REFUNDS[1],
+];
+
 /// What `event` does.
 pub(super) fn decode(event: &Event) -> Effect {
     let resource = event.object();

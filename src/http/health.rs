@@ -21,32 +21,37 @@ pub async fn healthz() -> Json<Value> {
 }
 
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    let reason = if state.shutdown.is_cancelled() {
-        Some("shutting down")
-    } else if let Some(found) = db::detection::found() {
-        Some(found)
-    } else {
-        let pool = state.pool.clone();
-        let read = async move {
-            let applied = db::migrations_applied(&pool).await;
-            if let Err(error) = &applied {
-                db::detection::notice(error);
-            }
-            applied
-        };
-        match read_within(READY_TIMEOUT, read).await {
-            Some(true) => None,
-            Some(false) => Some("migrations not applied"),
-            // This very read may have been what showed the pooler.
-            None => Some(db::detection::found().unwrap_or("database unavailable")),
-        }
-    };
-    match reason {
+    match unready(&state).await {
         None => (StatusCode::OK, Json(json!({ "status": "ready" }))),
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "status": "unavailable", "reason": reason })),
         ),
+    }
+}
+
+/// Why the process is not ready, or `None` when it is (`/readyz`, and
+/// `webhookd_ready`).
+pub(super) async fn unready(state: &AppState) -> Option<&'static str> {
+    if state.shutdown.is_cancelled() {
+        return Some("shutting down");
+    }
+    if let Some(found) = db::detection::found() {
+        return Some(found);
+    }
+    let pool = state.pool.clone();
+    let read = async move {
+        let applied = db::migrations_applied(&pool).await;
+        if let Err(error) = &applied {
+            db::detection::notice(error);
+        }
+        applied
+    };
+    match read_within(READY_TIMEOUT, read).await {
+        Some(true) => None,
+        Some(false) => Some("migrations not applied"),
+        // This very read may have been what showed the pooler.
+        None => Some(db::detection::found().unwrap_or("database unavailable")),
     }
 }
 

@@ -31,6 +31,8 @@ use quantile::Buckets;
 
 mod catalogue;
 mod console;
+#[cfg(test)]
+mod deployed;
 pub mod quantile;
 mod scraped;
 mod secrets;
@@ -246,7 +248,11 @@ fn gauge(recorder: &PrometheusRecorder, name: &'static str, labels: Vec<Label>) 
 /// each ([`Scraped::read`]); without an answer they are left out rather
 /// than failing the scrape.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let scraped = Scraped::read(&state.pool).await;
+    let (mut scraped, unready) = tokio::join!(
+        Scraped::read(&state.pool, state.clock.pinned()),
+        super::health::unready(&state)
+    );
+    scraped.ready = Some(unready.is_none());
     let body = state.metrics.render(&scraped, state.ingestor.batch_stats());
     (
         [(

@@ -47,6 +47,9 @@ pub struct AppState {
     /// Cancelled when the process starts shutting down (`/readyz` turns 503).
     pub shutdown: CancellationToken,
     pub metrics: Arc<Metrics>,
+    /// When each source's verified deliveries arrive (written by a task of
+    /// the application's own).
+    pub arrivals: Arc<crate::arrivals::Arrivals>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -81,12 +84,19 @@ pub fn router(state: AppState, limits: Limits, webhooks: bool) -> Router {
 
 /// The admin listener: health and metrics, and the console under
 /// `/console` when it has a token (else 404 there, as for any path).
-pub fn admin_router(state: AppState, limits: Limits, console: Option<console::Auth>) -> Router {
+/// `doctor`: what the console's doctor page runs.
+pub fn admin_router(
+    state: AppState,
+    limits: Limits,
+    console: Option<console::Auth>,
+    doctor: console::Doctor,
+) -> Router {
     let mut routes = monitored(Router::new());
     if let Some(auth) = console {
         let console = console::Console {
             app: state.clone(),
             auth,
+            doctor,
         };
         let console = console::router(console);
         routes = routes

@@ -44,6 +44,7 @@ pub async fn receive(
             return Err(refusal.into());
         }
     };
+    state.arrivals.note(&provider);
     span.record("event_id", event.event_id());
     span.record("event_type", event.event_type());
     state

@@ -160,6 +160,14 @@ pub const WALLET_LOCK_CLASS: i16 = 2;
 
 /// The key of a wallet: its advisory lock, and the order its outbox rows
 /// keep when ordered delivery is on.
+/// Moves the entries' ids past every id handed out so far, even by a
+/// database this one was restored from ([`db::sequence_past_now`]): an
+/// entry written after a restore never takes the `entry_id` a receiver saw
+/// in another message. Run at each start of `serve` and by `migrate`.
+pub async fn ids_past_now(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    db::sequence_past_now(pool, "wallet_entries_id_seq").await
+}
+
 pub fn wallet_key(user_id: &str, currency: &str) -> String {
     format!("wallet:{user_id}:{currency}")
 }

@@ -197,6 +197,14 @@ pub struct Listed {
     pub last_error: Option<String>,
 }
 
+/// Moves the outbox's ids past every id handed out so far, even by a
+/// database this one was restored from ([`db::sequence_past_now`]): a row
+/// written after a restore never takes the `webhook-id` a receiver saw for
+/// another message. Run at each start of `serve` and by `migrate`.
+pub async fn ids_past_now(pool: &PgPool) -> Result<(), sqlx::Error> {
+    db::sequence_past_now(pool, "outbox_row_id").await
+}
+
 /// Re-queues dead rows (`id`, or all of them with `None`) for a fresh set of
 /// attempts; `attempts` keeps counting. Returns the ids re-queued.
 pub async fn retry_dead(pool: &PgPool, id: Option<i64>) -> Result<Vec<i64>, sqlx::Error> {

@@ -171,6 +171,17 @@ pub struct Source {
 }
 
 impl Source {
+    /// Whether its endpoint is mounted: it has its secrets (a PayPal
+    /// source, its webhook ids).
+    pub fn mounted(&self) -> bool {
+        match self.scheme {
+            Scheme::Paypal => self.paypal.is_some(),
+            _ => !self.secrets.is_empty(),
+        }
+    }
+}
+
+impl Source {
     /// A source of `scheme` with `secrets`, every other setting at its
     /// default (a generic scheme's records: it has nothing to apply).
     pub fn new(name: &str, scheme: Scheme, secrets: Secrets) -> Self {

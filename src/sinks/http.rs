@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER, USER_AGENT};
 
 use super::envelope::Sealer;
-use super::{Delivery, Message, retry_after};
+use super::{Delivery, Message, Problem, retry_after};
 use crate::clock::Clock;
 
 /// The default of `WEBHOOKD_SINK_MAX_BODY_BYTES`: twice the largest webhook
@@ -71,6 +71,43 @@ impl HttpSink {
     pub fn with_max_body_bytes(mut self, max_body_bytes: u64) -> Self {
         self.sealer = self.sealer.with_max_body_bytes(max_body_bytes);
         self
+    }
+
+    /// Whether the receiver answers at all: a `HEAD` of its URL, unsigned,
+    /// whose status (a 405 as much as a 200) is what it answered.
+    pub async fn reach(&self) -> Result<u16, Problem> {
+        let sent = self
+            .client
+            .head(self.url.clone())
+            .timeout(self.timeout)
+            .send();
+        match sent.await {
+            Ok(response) => Ok(response.status().as_u16()),
+            Err(error) => {
+                // The causes say why: refused, timed out, a certificate.
+                let error = error.without_url();
+                let mut said = error.to_string();
+                let mut cause = std::error::Error::source(&error);
+                while let Some(error) = cause {
+                    said.push_str(&format!(": {error}"));
+                    cause = error.source();
+                }
+                Err(Problem::Unreachable(format!(
+                    "{} did not answer: {said}",
+                    self.where_to()
+                )))
+            }
+        }
+    }
+
+    /// Where deliveries go, without what the URL may carry besides (a
+    /// token in its path or query, a password).
+    fn where_to(&self) -> String {
+        let host = self.url.host_str().unwrap_or_default();
+        match self.url.port() {
+            Some(port) => format!("{}://{host}:{port}", self.url.scheme()),
+            None => format!("{}://{host}", self.url.scheme()),
+        }
     }
 
     pub fn timeout(&self) -> Duration {

@@ -142,6 +142,21 @@ impl Sink {
         }
     }
 
+    /// Whether the sink can be delivered to now, and what said so: an HTTP
+    /// receiver answers a `HEAD` (any status), a broker takes the
+    /// credentials and has the exchange or stream; the log always can.
+    pub async fn reach(&self) -> Result<String, Problem> {
+        match self {
+            Sink::Log(_) => Ok("deliveries are written to the log".to_owned()),
+            Sink::Http(sink) => (sink.reach().await)
+                .map(|status| format!("the receiver answered HEAD with {status}")),
+            Sink::Amqp(_) | Sink::Nats(_) => self
+                .check()
+                .await
+                .map(|()| "the broker took the credentials and has the destination".to_owned()),
+        }
+    }
+
     /// Takes the message by value so that its payload is freed as soon as
     /// the request body is built.
     pub async fn deliver(&self, message: Message) -> Delivery {

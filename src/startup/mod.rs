@@ -19,11 +19,13 @@ use crate::http::{self, AppState, Limits};
 use crate::ingest::{Ingestor, Wake};
 use crate::providers::Providers;
 
+mod doctor;
 mod settings;
 mod sink;
 mod sources;
 mod workers;
 
+pub use doctor::examine;
 use settings::connection_limits;
 pub use settings::{
     batch_settings, database_options, migrate, pool, problems, require_sessions, validate,
@@ -84,8 +86,14 @@ impl Application {
             &workers.tasks,
             metrics.batch_sizes(),
         );
+        let arrivals = Arc::new(crate::arrivals::Arrivals::new(clock.clone()));
+        workers.tasks.spawn({
+            let (arrivals, pool, shutdown) = (arrivals.clone(), pool.clone(), shutdown.clone());
+            async move { arrivals.run(pool, shutdown).await }
+        });
         let state = AppState {
             ingestor: ingestor.clone(),
+            arrivals,
             pool,
             providers,
             fetcher: workers::fetcher(&settings.sweep.stripe)?,
@@ -205,8 +213,19 @@ async fn admin(
     };
     Ok(Some((
         listener,
-        http::admin_router(state.clone(), limits, console),
+        http::admin_router(state.clone(), limits, console, doctor(settings, state)),
     )))
+}
+
+/// What the console's doctor page runs: [`examine`] of `settings` on the
+/// application's pool and clock.
+fn doctor(settings: &ServeSettings, state: &AppState) -> http::console::Doctor {
+    let settings = Arc::new(settings.clone());
+    let (pool, clock) = (state.pool.clone(), state.clock.clone());
+    http::console::Doctor(Arc::new(move || {
+        let (settings, pool, clock) = (settings.clone(), pool.clone(), clock.clone());
+        Box::pin(async move { examine(&settings, &pool, &clock).await })
+    }))
 }
 
 /// The largest request the admin listener reads: its forms are small.
@@ -241,6 +260,7 @@ pub async fn serve(
         // migrate on, so only check that someone did.
         require_migrated(&pool).await?;
     }
+    ids_past_now(&pool).await?;
     let shutdown = CancellationToken::new();
     let stopped = CancellationToken::new();
     let signals = tokio::spawn(stop_on_signal(shutdown.clone(), stopped.clone()));
@@ -312,6 +332,18 @@ pub async fn serve(
     let _ = signals.await;
     tracing::info!("stopped");
     served
+}
+
+/// Moves the ids that reach the user's systems (the outbox's `webhook-id`,
+/// a wallet entry's `entry_id`) past every one handed out so far: after a
+/// restore from a backup, none is handed out again for another message.
+pub async fn ids_past_now(pool: &PgPool) -> anyhow::Result<()> {
+    crate::outbox::store::ids_past_now(pool)
+        .await
+        .context("cannot move the outbox's ids on")?;
+    crate::ledger::ids_past_now(pool)
+        .await
+        .context("cannot move the wallet entries' ids on")
 }
 
 /// Makes the outbox's routing the sinks of `settings`, each of which this

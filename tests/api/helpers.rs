@@ -141,6 +141,7 @@ pub async fn route_app_with(
         clock,
         shutdown: shutdown.clone(),
         metrics,
+        arrivals: Default::default(),
     };
     let limits = Limits {
         max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap(),

@@ -112,6 +112,21 @@ pub struct RowPath {
 pub struct Console {
     pub app: AppState,
     pub auth: Auth,
+    /// What the doctor page runs: every check of this process's settings.
+    pub doctor: Doctor,
+}
+
+/// The checks of the running process's settings, run anew at each call.
+#[derive(Clone)]
+pub struct Doctor(pub std::sync::Arc<dyn Fn() -> DoctorRun + Send + Sync>);
+
+/// One run of the checks.
+pub type DoctorRun = futures_util::future::BoxFuture<'static, Vec<crate::doctor::Check>>;
+
+impl std::fmt::Debug for Doctor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Doctor")
+    }
 }
 
 const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -153,6 +168,7 @@ pub fn router(console: Console) -> Router {
         .route("/console/outbox/{id}/retry", post(actions::retry))
         .route("/console/deferred", get(pages::deferred))
         .route("/console/owners", get(pages::owners))
+        .route("/console/doctor", get(pages::doctor))
         .route("/console/logout", post(actions::log_out))
         .route_layer(middleware::from_fn_with_state(
             console.clone(),

@@ -344,6 +344,16 @@ pub struct UserPage {
 }
 
 #[derive(Template)]
+#[template(path = "console/doctor.html")]
+pub struct DoctorPage {
+    pub chrome: Chrome,
+    /// Every check, in `webhookd doctor`'s order.
+    pub checks: Vec<crate::doctor::Check>,
+    /// How many of each status.
+    pub counts: [(&'static str, usize); 3],
+}
+
+#[derive(Template)]
 #[template(path = "console/owners.html")]
 pub struct OwnersPage {
     pub chrome: Chrome,

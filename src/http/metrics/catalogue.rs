@@ -33,6 +33,9 @@ pub(super) const OWNER_WAITS: &str = "webhookd_owner_waits";
 pub(super) const OWNER_WAIT_OLDEST: &str = "webhookd_owner_wait_oldest_age_seconds";
 pub(super) const OWNERS_LEARNED: &str = "webhookd_owners_learned";
 pub(super) const OWNER_CONFLICTS: &str = "webhookd_owner_conflicts";
+pub(super) const SOURCE_LAST_EVENT: &str = "webhookd_source_last_event_timestamp_seconds";
+pub(super) const SOURCE_USUAL_GAP: &str = "webhookd_source_usual_gap_seconds";
+pub(super) const READY: &str = "webhookd_ready";
 
 /// Upper bounds (seconds) of the ingest latency histogram.
 pub(super) const LATENCY_BUCKETS: [f64; 13] = [
@@ -85,7 +88,7 @@ pub(super) const COUNTERS: [(&str, &str); 15] = [
         "Events the sweeps of this process listed, by result.",
     ),
 ];
-pub(super) const GAUGES: [(&str, &str); 12] = [
+pub(super) const GAUGES: [(&str, &str); 15] = [
     (HELD_BYTES, "Payload bytes leased and not yet settled."),
     (
         PEAK_HELD_BYTES,
@@ -121,6 +124,18 @@ pub(super) const GAUGES: [(&str, &str); 12] = [
     (
         OWNER_CONFLICTS,
         "Claims of another owner for a customer or payment whose owner was learned before (the first stays): their sum.",
+    ),
+    (
+        SOURCE_LAST_EVENT,
+        "When the source's last verified delivery arrived, at any process (written every 30 s at most).",
+    ),
+    (
+        SOURCE_USUAL_GAP,
+        "The longest silence between the source's deliveries over the last 14 days, to the hour (3600 at least).",
+    ),
+    (
+        READY,
+        "1 when /readyz would answer 200 (database reachable, migrations applied, not stopping), else 0.",
     ),
 ];
 pub(super) const HISTOGRAMS: [(&str, &str); 2] = [

@@ -1,9 +1,9 @@
 //! What each scrape reads from the database (the outbox's rows, the
 //! deferred events and those of them waiting for an owner, the owners
 //! learned and their conflicting claims, each provider's last successful
-//! sweep by any process), rendered from a recorder of the scrape's own: a
-//! read that failed or took too long leaves its gauges out rather than
-//! showing their last values.
+//! sweep by any process, when each source's deliveries arrive), rendered
+//! from a recorder of the scrape's own: a read that failed or took too
+//! long leaves its gauges out rather than showing their last values.
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use super::catalogue::*;
 use super::gauge;
 use crate::http::health::read_within;
 use crate::sweep::last_successes;
-use crate::{events, outbox, owners};
+use crate::{arrivals, events, outbox, owners};
 
 /// How long a scrape waits for each read (they run at once).
 const WITHIN: Duration = Duration::from_secs(2);
@@ -32,17 +32,23 @@ pub struct Scraped {
     pub owners: Option<owners::Counts>,
     /// Each provider's last successful sweep (Unix seconds).
     pub last_successes: Vec<(String, i64)>,
+    /// When each source's deliveries arrive.
+    pub arrivals: Vec<arrivals::Seen>,
+    /// Whether `/readyz` would answer 200 (read by the caller).
+    pub ready: Option<bool>,
 }
 
 impl Scraped {
     /// Reads every gauge at once, each within [`WITHIN`].
-    pub async fn read(pool: &PgPool) -> Scraped {
-        let (outbox, deferred, owner_waits, owners, swept) = tokio::join!(
+    /// `now`: Unix seconds, or `None` for the database's clock.
+    pub async fn read(pool: &PgPool, now: Option<f64>) -> Scraped {
+        let (outbox, deferred, owner_waits, owners, swept, seen) = tokio::join!(
             read_within(WITHIN, outbox_depth(pool.clone())),
             read_within(WITHIN, deferred_depth(pool.clone())),
             read_within(WITHIN, owner_waits(pool.clone())),
             read_within(WITHIN, owner_counts(pool.clone())),
             read_within(WITHIN, sweeps(pool.clone())),
+            read_within(WITHIN, seen(pool.clone(), now)),
         );
         Scraped {
             outbox,
@@ -50,6 +56,8 @@ impl Scraped {
             owner_waits,
             owners,
             last_successes: swept.unwrap_or_default(),
+            arrivals: seen.unwrap_or_default(),
+            ready: None,
         }
     }
 
@@ -79,7 +87,14 @@ impl Scraped {
                 (OWNER_CONFLICTS, counts.conflicts as f64),
             ]);
         }
-        if values.is_empty() && self.last_successes.is_empty() && self.outbox.is_none() {
+        if let Some(ready) = self.ready {
+            values.push((READY, if ready { 1.0 } else { 0.0 }));
+        }
+        if values.is_empty()
+            && self.last_successes.is_empty()
+            && self.outbox.is_none()
+            && self.arrivals.is_empty()
+        {
             return String::new();
         }
         for (name, value) in values {
@@ -88,6 +103,13 @@ impl Scraped {
         for (provider, at) in &self.last_successes {
             let labels = vec![Label::new("provider", provider.clone())];
             gauge(&recorder, SWEEP_LAST_SUCCESS, labels).set(*at as f64);
+        }
+        for seen in &self.arrivals {
+            let labels = || vec![Label::new("source", seen.source.clone())];
+            gauge(&recorder, SOURCE_LAST_EVENT, labels()).set(seen.last_at as f64);
+            if let Some(gap) = seen.usual_gap {
+                gauge(&recorder, SOURCE_USUAL_GAP, labels()).set(gap as f64);
+            }
         }
         recorder.handle().render()
     }
@@ -113,4 +135,8 @@ async fn owner_counts(pool: PgPool) -> Result<owners::Counts, sqlx::Error> {
 
 async fn sweeps(pool: PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
     last_successes(&pool).await
+}
+
+async fn seen(pool: PgPool, now: Option<f64>) -> Result<Vec<arrivals::Seen>, sqlx::Error> {
+    arrivals::seen(&pool, now).await
 }

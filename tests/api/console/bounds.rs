@@ -111,6 +111,7 @@ async fn errors_details_and_sweep_results_of_a_megabyte_are_cut_on_every_page(po
         ("dead", "/console/outbox?state=dead&error=eee"),
         ("deferred", "/console/deferred"),
         ("owners", "/console/owners"),
+        ("doctor", "/console/doctor"),
     ] {
         sizes.push((name, browser.page(path).await.body.len()));
     }

@@ -470,6 +470,21 @@ async fn the_console_works_in_a_real_browser(pool: PgPool) {
     assert!(rows.contains("pi_b_never"), "what it waits for: {rows}");
     visited(&browser, "deferred").await;
 
+    // The doctor: every check of this process, the dead row's sink among them.
+    browser.goto(&app.admin("/console/doctor")).await;
+    browser.wait_for("table.doctor").await;
+    let rows = browser.text_of("table.doctor tbody").await;
+    for check in [
+        "database",
+        "migrations",
+        "clock",
+        "sink.default",
+        "outbox.default",
+    ] {
+        assert!(rows.contains(check), "{check}: {rows}");
+    }
+    visited(&browser, "doctor").await;
+
     // A phone: the overview and the events, 390 px wide, no sideways scroll.
     browser.set_window_size(PHONE_WIDTH, PHONE_HEIGHT).await;
     for (name, path, ready) in [

@@ -59,6 +59,9 @@ pub struct Stripe {
     v2_events: Vec<Value>,
     /// Subscriptions by id (`GET /v1/subscriptions/{id}`).
     subscriptions: Vec<Value>,
+    /// The account's webhook endpoints (`GET /v1/webhook_endpoints`), in
+    /// list order.
+    webhook_endpoints: Vec<Value>,
     /// What is served for an id instead of its object: another object, a
     /// body over any bound, anything.
     instead: Vec<(String, String)>,
@@ -76,7 +79,8 @@ impl FakeStripe {
             .route("/v1/payment_intents/{id}", get(retrieve_payment_intent))
             .route("/v2/core/events/{id}", get(retrieve_v2_event))
             .route("/v1/subscriptions/{id}", get(retrieve_subscription))
-            .route("/v1/refunds", get(list_refunds));
+            .route("/v1/refunds", get(list_refunds))
+            .route("/v1/webhook_endpoints", get(list_webhook_endpoints));
         let stripe = Stripe {
             key: key.to_owned(),
             ..Stripe::default()
@@ -127,6 +131,11 @@ impl FakeStripe {
         requests.filter(|r| r.path != "/v1/events").collect()
     }
 
+    /// Adds a webhook endpoint (`GET /v1/webhook_endpoints`).
+    pub fn add_webhook_endpoint(&self, endpoint: Value) {
+        self.modify(|s| insert(&mut s.webhook_endpoints, endpoint));
+    }
+
     /// Adds a refund object (`GET /v1/refunds`).
     pub fn add_refund(&self, refund: Value) {
         self.modify(|s| insert(&mut s.refunds, refund));
@@ -160,6 +169,41 @@ async fn list_refunds(
     RawQuery(raw): RawQuery,
 ) -> Response {
     list_objects(&fake, &headers, raw, |s| &s.refunds, "/v1/refunds")
+}
+
+async fn list_webhook_endpoints(
+    State(fake): State<Fake>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let path = "/v1/webhook_endpoints";
+    let query = parse_query(raw.as_deref().unwrap_or_default());
+    let serve = async {
+        let page = fake.read(|s| page(&query, &s.webhook_endpoints));
+        page.map_or_else(respond, |mut page| {
+            page["url"] = json!(path);
+            Json(page).into_response()
+        })
+    };
+    answer(&fake, &headers, path.into(), query.clone(), serve).await
+}
+
+/// A webhook endpoint as Stripe's API describes one: `id`, pointed at
+/// `url`, `status` `enabled` or `disabled`, subscribed to `events`, on
+/// `api_version` (`None`: the account's default).
+pub fn webhook_endpoint(
+    id: &str,
+    url: &str,
+    status: &str,
+    events: &[&str],
+    api_version: Option<&str>,
+) -> Value {
+    json!({
+        "id": id, "object": "webhook_endpoint", "api_version": api_version,
+        "application": null, "created": 1_700_000_000, "description": null,
+        "enabled_events": events, "livemode": false, "metadata": {},
+        "status": status, "url": url,
+    })
 }
 
 /// A list of other objects than events: the same paging, no types, no

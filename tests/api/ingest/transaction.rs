@@ -199,6 +199,7 @@ fn bare_state(pool: PgPool) -> AppState {
         clock: Clock::System,
         shutdown: CancellationToken::new(),
         metrics: Default::default(),
+        arrivals: Default::default(),
     }
 }
 

@@ -3,6 +3,8 @@
 pub mod checkout;
 pub mod commands;
 pub mod config_file;
+pub mod doctor;
 pub mod erase;
 pub mod partitions;
 pub mod reconcile_against;
+pub mod restore;

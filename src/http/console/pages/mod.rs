@@ -1,10 +1,12 @@
 //! The console's pages: reads only.
 
+mod doctor;
 mod download;
 mod events;
 mod outbox;
 mod owners;
 
+pub use doctor::doctor;
 pub use download::payload;
 pub use events::{event, events};
 pub use outbox::{OutboxQuery, bulk_retry, outbox};
