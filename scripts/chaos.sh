@@ -6,9 +6,9 @@
 # cluster (scenario 2 stops it). Each scenario prints a PASS or FAIL line
 # with its figures; the script fails if any scenario failed.
 #
-#   scripts/chaos.sh            all six scenarios (about 5 minutes)
-#   scripts/chaos.sh --short    one crash, one database outage and a sweep
-#                               of 1,000 events (CI)
+#   scripts/chaos.sh            all seven scenarios (about 5 minutes)
+#   scripts/chaos.sh --short    one crash, one database outage, a sweep
+#                               of 1,000 events and a restore drill (CI)
 #   ... --pooler                the same with webhookd's DATABASE_URL on
 #                               PgBouncer in transaction mode
 #                               (WEBHOOKD_DB_POOLER=transaction), and no
@@ -86,17 +86,25 @@ app_env() {
     esac
 }
 
-# A counting sink: appends each delivery's webhook-id to FILE, answers 204.
-start_sink() { # start_sink PORT FILE
-    python3 - "$1" "$2" > "$scratch/sink-$1.log" 2>&1 <<'PY' &
-import http.server, sys
-port, path = int(sys.argv[1]), sys.argv[2]
+# A counting sink: appends each delivery's webhook-id to FILE (and, with
+# MESSAGES, "webhook-id topic event_id" to that file), answers 204.
+start_sink() { # start_sink PORT FILE [MESSAGES]
+    python3 - "$1" "$2" "${3:-}" > "$scratch/sink-$1.log" 2>&1 <<'PY' &
+import http.server, json, sys, threading
+port, path, messages = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+lock = threading.Lock()
 class Sink(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        with open(path, "a") as f:
-            f.write(self.headers.get("webhook-id", "") + "\n")
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        webhook_id = self.headers.get("webhook-id", "")
+        with lock:
+            with open(path, "a") as f:
+                f.write(webhook_id + "\n")
+            if messages:
+                message = json.loads(body)
+                with open(messages, "a") as f:
+                    f.write(f"{webhook_id} {message.get('type')} {message.get('event_id')}\n")
         self.send_response(204)
         self.end_headers()
     def log_message(self, *args):
@@ -551,11 +559,224 @@ PY
     kill "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null || true
 }
 
+# 7. The restore drill: the database is restored from a backup taken before
+#    the last events arrived, and forgets them; a sweep reaching back past
+#    the backup applies them again, exactly once.
+restore_drill() {
+    local before=${1:-300} after=${2:-600} late=5 retried=10
+    local db port sink_port api_port file messages key=sk_test_chaos_restore name=chaos_restore
+    db=$(DATABASE_URL=$admin_url bench_database "$name")
+    DATABASE_URL=$db "$binary" migrate >/dev/null 2>&1
+    port=$(free_port 18480); sink_port=$(free_port 18580); api_port=$(free_port 18680)
+    file=$scratch/restore.ids; messages=$scratch/restore.messages
+    # The sink is down until the backup is taken: the backup holds every
+    # outbox row of the events before it undelivered.
+    serve "$db" "$port" "$sink_port"
+    # The provider's events (restore.api: its truth, which its Events API
+    # lists). Before the backup: BEFORE credits of 16 users created over the
+    # last hour, delivered; LATE credits created 40 minutes ago whose
+    # deliveries fail until after the backup (a provider retries for days),
+    # and their refunds, delivered: they wait in deferred_events. After the
+    # backup: AFTER events, the late credits among them; the others, created
+    # after the backup, are new credits of the same users, refunds of credits
+    # from before the backup and refunds of new credits.
+    cat > "$scratch/restore-events.py" <<'PY'
+import json, random, sys, time
+phase, out = sys.argv[1], sys.argv[2]
+rng = random.Random(11)
+def event(kind, eid, created, obj):
+    return {"id": eid, "object": "event", "api_version": "2024-06-20", "created": created,
+            "data": {"object": obj}, "livemode": False, "pending_webhooks": 1, "type": kind}
+def credit(name, user, amount, created):
+    return event("payment_intent.succeeded", "evt_" + name, created,
+                 {"id": "pi_" + name, "object": "payment_intent", "amount": amount, "amount_received": amount,
+                  "currency": "usd", "status": "succeeded", "metadata": {"user_id": user}})
+def refund(name, of, created):
+    paid = of["data"]["object"]
+    return event("charge.refunded", "evt_" + name, created,
+                 {"id": "ch_" + paid["id"][3:], "object": "charge", "amount": paid["amount"],
+                  "amount_captured": paid["amount"], "amount_refunded": paid["amount"] // 2,
+                  "refunded": False, "currency": "usd", "payment_intent": paid["id"],
+                  "status": "succeeded", "metadata": paid["metadata"]})
+def write(path, events, mode="w"):
+    with open(path, mode) as f:
+        f.writelines(json.dumps(e) + "\n" for e in events)
+def read(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+if phase == "before":
+    n, late = int(sys.argv[3]), int(sys.argv[4])
+    now = int(time.time())
+    credits = [credit(f"restore_b_{i:06d}", f"restore_user_{i % 16}", 100 + i * 37 % 900,
+                      now - 3600 + i * 3000 // n) for i in range(n)]
+    lates = [credit(f"restore_l_{i:06d}", f"restore_user_{i % 16}", 500 + i, now - 2400 + i) for i in range(late)]
+    late_refunds = [refund(f"restore_lr_{i:06d}", c, now - 1200 + i) for i, c in enumerate(lates)]
+    write(out + ".late", lates)
+    write(out + ".before", rng.sample(credits + late_refunds, n + late))
+    write(out + ".api", rng.sample(credits + lates + late_refunds, n + 2 * late))
+elif phase == "after":
+    n, backup_at, retried = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    lates = read(out + ".late")
+    earlier = sorted((e for e in read(out + ".api") if e["id"].startswith("evt_restore_b_")), key=lambda e: e["id"])
+    t = max(int(time.time()), backup_at)
+    r = n // 10
+    new = [credit(f"restore_a_{i:06d}", f"restore_user_{(i * 7 + 3) % 16}", 100 + i * 53 % 900, t)
+           for i in range(n - len(lates) - 2 * r)]
+    # A second later than the credits: a sweep applies them after these.
+    refunds = [refund(f"restore_br_{i:06d}", c, t + 1) for i, c in enumerate(rng.sample(earlier, r))]
+    refunds += [refund(f"restore_ar_{i:06d}", c, t + 1) for i, c in enumerate(rng.sample(new, r))]
+    write(out + ".api", new + refunds, "a")
+    write(out + ".after", rng.sample(lates + new + refunds, n))
+    write(out + ".retried", new[:retried])
+else:
+    # check: what the database holds against the provider's truth. Prints
+    # "events missing doubled strays, entries missing doubled strays,
+    # users wrong of users, expected total".
+    def counts(path):
+        return dict((k, int(v)) for k, v in (line.rsplit("|", 1) for line in open(path).read().split()))
+    truth = read(out + ".api")
+    ids = {e["id"] for e in truth}
+    owed = {}
+    for e in truth:
+        paid = e["data"]["object"]
+        user = paid["metadata"]["user_id"]
+        owed[user] = owed.get(user, 0) + (paid["amount_received"] if e["type"] == "payment_intent.succeeded"
+                                          else -paid["amount_refunded"])
+    events, entries, wallets = counts(out + ".events"), counts(out + ".entries"), counts(out + ".wallets")
+    def judge(held):
+        return (len(ids - held.keys()), sum(1 for v in held.values() if v > 1), len(held.keys() - ids))
+    wrong = sum(1 for user in owed.keys() | wallets.keys() if owed.get(user) != wallets.get(user))
+    print(*judge(events), *judge(entries), wrong, len(owed), sum(owed.values()))
+PY
+    local first
+    python3 "$scratch/restore-events.py" before "$scratch/restore" "$before" "$late"
+    start_fake_stripe "$api_port" "$key" "$scratch/restore.api"
+    deliver "$port" "$scratch/restore.before" 1 16 "$scratch/restore.before.json"
+    first=$(cat "$scratch/restore.before.json")
+    # The backup: pg_dump while webhookd serves.
+    local backup_at at_backup rows_at_backup undelivered_at_backup
+    at_backup=$(psql_at "$db" "select (select count(*) from processed_events) || ' ' || (select count(*) from deferred_events) || ' ' || (select coalesce(sum(balance_minor), 0) from wallets)")
+    rows_at_backup=$(psql_at "$db" "select count(*) from outbox")
+    undelivered_at_backup=$(psql_at "$db" "select count(*) from outbox where delivered_at is null")
+    backup_at=$(date +%s)
+    "$PG_BINDIR/pg_dump" -Fc -f "$scratch/restore.dump" -d "$db"
+    start_sink "$sink_port" "$file" "$messages"
+    python3 "$scratch/restore-events.py" after "$scratch/restore" "$after" "$backup_at" "$retried"
+    local second
+    deliver "$port" "$scratch/restore.after" 2 16 "$scratch/restore.after.json"
+    second=$(cat "$scratch/restore.after.json")
+    # The sink receives every row before the restore.
+    local drained=ok
+    wait_drained "$db" 60 || drained=timeout
+    # The restore: webhookd stopped (SIGTERM: it finishes what it began),
+    # the database dropped and made anew, the backup restored into it, all
+    # on Postgres itself (never through a pooler).
+    kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+    local received_before connected restored
+    received_before=$(wc -l < "$messages")
+    # Nothing of webhookd's may still be connected (its backends end a moment
+    # after it exits); PgBouncer's idle server connections end with the drop.
+    local sessions="select count(*) from pg_stat_activity where datname = '$name'"
+    if [ -z "$pooler" ]; then
+        for _ in $(seq 1 100); do [ "$(psql_at "$admin_url" "$sessions")" = 0 ] && break; sleep 0.1; done
+    fi
+    connected=$(psql_at "$admin_url" "$sessions")
+    local left="$connected connections left"
+    [ -z "$pooler" ] || left="$connected sessions left, PgBouncer's among them, ended by the drop"
+    "$PG_BINDIR/psql" -q -v ON_ERROR_STOP=1 -d "$admin_url" \
+        -c "drop database $name with (force)" -c "create database $name" >/dev/null
+    "$PG_BINDIR/pg_restore" --exit-on-error -d "$db" "$scratch/restore.dump"
+    # Nothing moves the outbox's ids on here: webhookd does at start
+    # (ids_past_now), and the check below counts any id handed out again.
+    restored=$(psql_at "$db" "select (select count(*) from processed_events) || ' ' || (select count(*) from deferred_events) || ' ' || (select coalesce(sum(balance_minor), 0) from wallets)")
+    local forgotten
+    psql_at "$db" "select event_id from processed_events" > "$scratch/restore.restored"
+    forgotten=$(python3 -c 'import json, sys
+kept = set(open(sys.argv[2]).read().split())
+print(sum(1 for line in open(sys.argv[1]) if line.strip() and json.loads(line)["id"] not in kept))' \
+        "$scratch/restore.after" "$scratch/restore.restored")
+    # webhookd again (the restored database is migrated as far as the
+    # backup was); the provider's retries of a few forgotten events reach it
+    # before any sweep.
+    serve "$db" "$port" "$sink_port"
+    local retries
+    deliver "$port" "$scratch/restore.retried" 2 4 "$scratch/restore.retried.json"
+    retries=$(cat "$scratch/restore.retried.json")
+    # A sweep reaching back only to the backup misses the late credits
+    # (created before it); one reaching back past it by the provider's
+    # retry period (3 days) finds everything, and a second one nothing.
+    local short_since since dry swept again
+    short_since=$(( $(date +%s) - backup_at + 60 ))s
+    since=$(( $(date +%s) - backup_at + 3 * 86400 ))s
+    dry=$(sweep_stripe "$db" "$api_port" "$key" --since "$short_since" --dry-run || echo '{}')
+    swept=$(sweep_stripe "$db" "$api_port" "$key" --since "$since" || echo '{}')
+    again=$(sweep_stripe "$db" "$api_port" "$key" --since "$since" || echo '{}')
+    # The provider's retries of every forgotten event, after the sweep.
+    local late_copies
+    deliver "$port" "$scratch/restore.after" 1 16 "$scratch/restore.late.json"
+    late_copies=$(cat "$scratch/restore.late.json")
+    wait_drained "$db" 60 || drained=timeout
+    local reconcile=ok
+    reconciled "$db" || reconcile=FAILED
+    psql_at "$db" "select event_id, count(*) from processed_events where provider = 'stripe' group by event_id" > "$scratch/restore.events"
+    psql_at "$db" "select event_id, count(*) from wallet_entries group by event_id" > "$scratch/restore.entries"
+    psql_at "$db" "select user_id, sum(balance_minor) from wallets group by user_id" > "$scratch/restore.wallets"
+    local missing_events doubled_events stray_events missing_entries doubled_entries stray_entries wrong users owed waiting
+    read -r missing_events doubled_events stray_events missing_entries doubled_entries stray_entries wrong users owed \
+        < <(python3 "$scratch/restore-events.py" check "$scratch/restore")
+    waiting=$(psql_at "$db" "select count(*) from deferred_events")
+    # What the sink received after the restore: messages (topic, event)
+    # again under a new webhook-id, webhook-ids it had received before for
+    # another message, and messages again under the same webhook-id (rows
+    # delivered after the backup, which the restore made pending again).
+    local renamed reused same
+    read -r renamed reused same < <(python3 - "$messages" "$received_before" <<'PY'
+import sys
+lines = [line.split() for line in open(sys.argv[1]) if line.strip()]
+k = int(sys.argv[2])
+ids_before, message_ids_before = {}, {}
+for webhook_id, topic, event in lines[:k]:
+    ids_before.setdefault(webhook_id, set()).add((topic, event))
+    message_ids_before.setdefault((topic, event), set()).add(webhook_id)
+renamed, reused, same = set(), set(), set()
+for webhook_id, topic, event in lines[k:]:
+    if (topic, event) in message_ids_before and webhook_id not in message_ids_before[(topic, event)]:
+        renamed.add((topic, event))
+    if webhook_id in ids_before and (topic, event) not in ids_before[webhook_id]:
+        reused.add((topic, event))
+    if webhook_id in ids_before and (topic, event) in ids_before[webhook_id]:
+        same.add(webhook_id)
+print(len(renamed), len(reused), len(same))
+PY
+)
+    read -r rows deliveries missing unknown dead < <(delivery_check "$db" "$file")
+    local total=$(( before + late + after )) seen_before=$(( before + late + retried ))
+    local verdict=FAIL
+    if [ "$restored" = "$at_backup" ] && [ "$forgotten" = "$after" ] && { [ -n "$pooler" ] || [ "$connected" = 0 ]; } \
+        && [ "$(json_field "$first" "d['outcomes'] == {'processed': $before, 'deferred': $late}")" = True ] \
+        && [ "$(json_field "$second" "d['outcomes'].get('duplicate') == $after and sum(d['outcomes'].values()) == $((2 * after))")" = True ] \
+        && [ "$(json_field "$retries" "d['outcomes'] == {'processed': $retried, 'duplicate': $retried}")" = True ] \
+        && [ "$(field "$dry" recovered)" = "$(( after - late - retried ))" ] \
+        && [ "$(field "$swept" recovered)" = "$(( after - retried ))" ] && [ "$(field "$swept" listed)" = "$total" ] \
+        && [ "$(field "$swept" already_seen)" = "$seen_before" ] && [ "$(field "$swept" skipped)" = 0 ] \
+        && [ "$(field "$swept" ignored)" = 0 ] && [ "$(field "$swept" deferred)" = 0 ] \
+        && [ "$(field "$again" recovered)" = 0 ] && [ "$(field "$again" already_seen)" = "$total" ] \
+        && [ "$(json_field "$late_copies" "d['outcomes'] == {'duplicate': $after}")" = True ] \
+        && [ "$missing_events" = 0 ] && [ "$doubled_events" = 0 ] && [ "$stray_events" = 0 ] \
+        && [ "$missing_entries" = 0 ] && [ "$doubled_entries" = 0 ] && [ "$stray_entries" = 0 ] \
+        && [ "$wrong" = 0 ] && [ "$waiting" = 0 ] && [ "$reconcile" = ok ] && [ "$drained" = ok ] \
+        && [ "$missing" = 0 ] && [ "$dead" = 0 ] && [ "$renamed" = "$(( rows - rows_at_backup ))" ] && [ "$reused" = 0 ] \
+        && [ "$undelivered_at_backup" = "$rows_at_backup" ] && [ "$same" = "$rows_at_backup" ] \
+        && no_500 "$first" && no_500 "$second" && no_500 "$retries" && no_500 "$late_copies"; then verdict=PASS; fi
+    report "$verdict" "restore drill: $before credits and $late refunds waiting for their credits, then a pg_dump; $after events after it ($late of them credits created before it), x 2 copies: $(json_field "$second" 'd["outcomes"]'); webhookd stopped, the database dropped ($left) and restored: $forgotten of $after forgotten, events, deferred and wallet total as at the backup ($restored); webhookd started, $retried forgotten events retried by the provider: $(json_field "$retries" 'd["outcomes"]'); a dry run reaching back only to the backup counted $(field "$dry" recovered); the sweep (--since $since: the backup's age and 72 h) listed $(field "$swept" listed): recovered $(field "$swept" recovered), already seen $(field "$swept" already_seen); a second sweep recovered $(field "$again" recovered); every forgotten event redelivered: $(json_field "$late_copies" 'd["outcomes"]'); events missing $missing_events, doubled $doubled_events, strays $stray_events; ledger entries missing $missing_entries, doubled $doubled_entries, strays $stray_entries; wrong balances $wrong of $users users (total $owed); deferred left $waiting; reconcile $reconcile; outbox rows $rows, missing $missing, dead $dead; after the restore the sink got $renamed messages again under new webhook-ids, $reused under an id it had received for another message, $same again under the same webhook-id (of the $undelivered_at_backup rows the backup held undelivered)"
+    kill "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null; wait "$SERVER_PID" "$SINK_PID" "$FAKE_PID" 2>/dev/null || true
+}
+
 began=$(date +%s)
 if [ -n "$short" ]; then
     crash_loop 600 1
     db_outage 2000 4
     lost_webhooks 1000
+    restore_drill 100 200
 else
     crash_loop
     db_outage
@@ -563,6 +784,7 @@ else
     lock_contention
     two_servers
     lost_webhooks 2000
+    restore_drill 300 600
 fi
 printf '\n'
 for line in "${results[@]}"; do printf '%s\n' "$line"; done
