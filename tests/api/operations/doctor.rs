@@ -516,3 +516,72 @@ async fn a_verified_delivery_is_noted_and_a_dead_letter_fails(pool: PgPool) {
         "{outbox:#?}"
     );
 }
+
+#[sqlx::test]
+async fn a_paypal_webhook_must_point_here_with_an_id_the_source_verifies_with(pool: PgPool) {
+    use crate::fakes::paypal::FakePaypal;
+    let ours = "https://hooks.example.com/webhooks/paypal";
+    let capture_types = webhookd::effects::paypal::CAPTURE_TYPES.to_vec();
+    #[allow(clippy::type_complexity)]
+    let cases: [(&str, &str, &str, Vec<&str>, Status, &str); 4] = [
+        (
+            "right",
+            "WH-1",
+            ours,
+            capture_types.clone(),
+            Status::Ok,
+            "WH-1 points here",
+        ),
+        (
+            "another id",
+            "WH-2",
+            ours,
+            vec!["*"],
+            Status::Fail,
+            "not among the ids",
+        ),
+        (
+            "elsewhere",
+            "WH-1",
+            "https://staging.example.com/webhooks/paypal",
+            vec!["*"],
+            Status::Fail,
+            "none of the REST app's 1 webhook(s) points at",
+        ),
+        (
+            "no refunds",
+            "WH-1",
+            ours,
+            vec!["PAYMENT.CAPTURE.COMPLETED"],
+            Status::Fail,
+            "PAYMENT.CAPTURE.REFUNDED",
+        ),
+    ];
+    for (case, id, url, events, status, said) in cases {
+        let paypal = FakePaypal::start("client", "secret", Vec::new()).await;
+        paypal.add_webhook(id, url, &events);
+        let mut settings = ServeSettings {
+            public_url: Some(PUBLIC.to_owned()),
+            ..ServeSettings::default()
+        };
+        settings.paypal.paypal_webhook_id = "WH-1".to_owned();
+        settings.sweep.paypal.paypal_client_id = Some("client".to_owned());
+        settings.sweep.paypal.paypal_client_secret = Some("secret".into());
+        settings.sweep.paypal.paypal_api_base = paypal.base_url();
+        let checks = doctor(&settings, &pool, &Clock::System).await;
+        let check = find(&checks, "endpoint.paypal");
+        assert_eq!(check.status, status, "{case}: {check:#?}");
+        assert!(
+            check.detail.contains(said),
+            "{case}: {said:?} in {check:#?}"
+        );
+        let listed = paypal
+            .requests()
+            .into_iter()
+            .filter(|r| r.path == "/v1/notifications/webhooks");
+        assert!(
+            listed.map(|r| r.status).eq([200]),
+            "{case}: one listing, with a token"
+        );
+    }
+}

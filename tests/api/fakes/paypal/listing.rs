@@ -39,12 +39,40 @@ pub(super) async fn list(
     response
 }
 
+/// List webhooks: every webhook of the app, in one answer (PayPal does not
+/// page it), to a holder of a token.
+pub(super) async fn webhooks(State(fake): State<Fake>, uri: Uri, headers: HeaderMap) -> Response {
+    let bearer = header_of(&headers, header::AUTHORIZATION).strip_prefix("Bearer ");
+    let response = match fake.read(|shared| authorized(shared, bearer)) {
+        Ok(()) => Json(json!({ "webhooks": fake.read(|s| s.webhooks.clone()) })).into_response(),
+        Err(refusal) => *refusal,
+    };
+    record(&fake, &uri, &headers, String::new(), &response);
+    response
+}
+
 /// The page for a request with `bearer`, or the refusal PayPal answers.
 fn answer(
     shared: &Paypal,
     bearer: Option<&str>,
     query: &[(String, String)],
 ) -> Result<Value, Box<Response>> {
+    authorized(shared, bearer)?;
+    page(shared, query).map_err(|(field, value, issue)| {
+        let detail = json!({ "field": field, "value": value, "location": "query", "issue": issue,
+            "description": format!("{field} is not valid: {issue}") });
+        Box::new(rest_error(
+            400,
+            "INVALID_REQUEST",
+            "Request is not well-formed, syntactically incorrect, or violates schema.",
+            Some(detail),
+        ))
+    })
+}
+
+/// Whether `bearer` is a token the fake issued and still honours, or the
+/// refusal PayPal answers.
+fn authorized(shared: &Paypal, bearer: Option<&str>) -> Result<(), Box<Response>> {
     if bearer.is_some_and(|t| shared.revoked || shared.expired.iter().any(|e| e == t)) {
         let expired = oauth_error(401, "invalid_token", "Access Token not found in cache");
         return Err(Box::new(expired));
@@ -57,16 +85,7 @@ fn answer(
             None,
         )));
     }
-    page(shared, query).map_err(|(field, value, issue)| {
-        let detail = json!({ "field": field, "value": value, "location": "query", "issue": issue,
-            "description": format!("{field} is not valid: {issue}") });
-        Box::new(rest_error(
-            400,
-            "INVALID_REQUEST",
-            "Request is not well-formed, syntactically incorrect, or violates schema.",
-            Some(detail),
-        ))
-    })
+    Ok(())
 }
 
 /// A query field that PayPal would refuse: `(field, value, issue)`.

@@ -1,6 +1,7 @@
 //! An in-process fake of PayPal's REST API as a sweep reads it: the OAuth
 //! token endpoint (`POST /v1/oauth2/token`, client credentials) and List
-//! event notifications (`GET /v1/notifications/webhooks-events`), with
+//! event notifications (`GET /v1/notifications/webhooks-events`); and as
+//! `doctor` reads it, List webhooks (`GET /v1/notifications/webhooks`); with
 //! PayPal's shapes, validation, `next` links and errors, and hooks to
 //! inject failures, expire tokens and tamper with links.
 
@@ -89,6 +90,8 @@ pub struct Paypal {
     /// Every token is answered `invalid_token`, new ones too.
     revoked: bool,
     next: Next,
+    /// The app's webhooks (`GET /v1/notifications/webhooks`).
+    webhooks: Vec<Value>,
 }
 
 impl FakePaypal {
@@ -96,7 +99,8 @@ impl FakePaypal {
     pub async fn start(client_id: &str, secret: &str, events: Vec<Value>) -> FakePaypal {
         let app = Router::new()
             .route("/v1/oauth2/token", post(token))
-            .route("/v1/notifications/webhooks-events", get(listing::list));
+            .route("/v1/notifications/webhooks-events", get(listing::list))
+            .route("/v1/notifications/webhooks", get(listing::webhooks));
         let paypal = Paypal {
             credentials: format!("{client_id}:{secret}"),
             ..Paypal::default()
@@ -120,6 +124,20 @@ impl FakePaypal {
             s.events.push(event);
             s.events.sort_by_key(|e| std::cmp::Reverse(order(e)));
         });
+    }
+
+    /// Adds a webhook of the app: `id`, pointed at `url`, subscribed to
+    /// `events` (names; `*` for all).
+    pub fn add_webhook(&self, id: &str, url: &str, events: &[&str]) {
+        let types: Vec<Value> = (events.iter())
+            .map(|name| json!({ "name": name, "description": "", "status": "ENABLED" }))
+            .collect();
+        let href = format!("https://api.paypal.com/v1/notifications/webhooks/{id}");
+        let webhook = json!({
+            "id": id, "url": url, "event_types": types,
+            "links": [{ "href": href, "rel": "self", "method": "GET" }],
+        });
+        self.modify(|s| s.webhooks.push(webhook));
     }
 
     /// Once `pages` more pages have been served, every token issued so far
