@@ -61,6 +61,9 @@ pub struct Application {
     /// Closed once the server stopped, so that shutdown can wait for its
     /// batches even while a connection outlives the grace period.
     ingestor: Ingestor,
+    /// Written once more when the server stopped: the requests that were
+    /// in flight at the signal noted theirs after the task's last write.
+    arrivals: (Arc<crate::arrivals::Arrivals>, PgPool),
 }
 
 impl Application {
@@ -87,13 +90,14 @@ impl Application {
             metrics.batch_sizes(),
         );
         let arrivals = Arc::new(crate::arrivals::Arrivals::new(clock.clone()));
+        let pool_of_arrivals = pool.clone();
         workers.tasks.spawn({
             let (arrivals, pool, shutdown) = (arrivals.clone(), pool.clone(), shutdown.clone());
             async move { arrivals.run(pool, shutdown).await }
         });
         let state = AppState {
             ingestor: ingestor.clone(),
-            arrivals,
+            arrivals: arrivals.clone(),
             pool,
             providers,
             fetcher: workers::fetcher(&settings.sweep.stripe)?,
@@ -118,6 +122,7 @@ impl Application {
             shutdown,
             grace: settings.shutdown_grace,
             ingestor,
+            arrivals: (arrivals, pool_of_arrivals),
         })
     }
 
@@ -160,6 +165,8 @@ impl Application {
         );
         tokio::join!(public, admin);
         self.ingestor.close();
+        let (arrivals, pool) = &self.arrivals;
+        arrivals.flush(pool).await;
         Ok(())
     }
 }

@@ -209,10 +209,35 @@ async fn the_binary_migrates_serves_and_stops_cleanly_on_sigterm(pool: PgPool) {
     let response = server.post(body).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(balance(&pool, "user_bin").await, Some(4200));
+    for n in 0..2 {
+        let body =
+            payment_intent_succeeded(&format!("evt_bin{n}"), &format!("pi_bin{n}"), "user_bin", 1);
+        assert_eq!(server.post(body).await.unwrap().status(), StatusCode::OK);
+    }
 
     server.signal("-TERM");
     let (status, logs) = server.wait().await;
     assert!(status.success(), "exit status {status:?}; logs:\n{logs}");
+    // The deliveries' tally is written by the time the process exits.
+    let arrived: i64 = sqlx::query_scalar(
+        "select coalesce(sum(deliveries), 0)::bigint from source_arrivals where source = 'stripe'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(arrived, 3);
+    // The ids that reach the user's systems start from the clock: none a
+    // database restored from a backup handed out before.
+    let (outbox, entry): (i64, i64) =
+        sqlx::query_as("select (select min(id) from outbox), (select min(id) from wallet_entries)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let an_hour_ago_us = (crate::helpers::now() - 3_600) * 1_000_000;
+    assert!(
+        outbox > an_hour_ago_us && entry > an_hour_ago_us,
+        "{outbox} {entry}"
+    );
     assert!(
         logs.contains("\"event_id\":\"evt_bin\""),
         "every webhook is logged with its event id:\n{logs}"
