@@ -27,6 +27,15 @@ pub struct RazorpayApiArgs {
     pub razorpay_api_base: String,
 }
 
+impl RazorpayApiArgs {
+    /// Whether both the key id and its secret are set: a sweep of
+    /// Razorpay can run.
+    pub fn configured(&self) -> bool {
+        let id = (self.razorpay_key_id.as_ref()).is_some_and(|id| !id.trim().is_empty());
+        id && crate::secrets::non_empty(&self.razorpay_key_secret).is_some()
+    }
+}
+
 /// How to reach Stripe's API.
 #[derive(Debug, Clone, Args)]
 pub struct StripeApiArgs {

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use secrecy::ExposeSecret;
 use serde_json::Value;
 use sqlx::PgPool;
 
@@ -245,9 +244,7 @@ fn sweep(settings: &ServeSettings, provider: &str, run: Option<&Run>, now: i64) 
             "STRIPE_API_KEY (a restricted key with read access to Events)",
         ),
         "razorpay" => (
-            (sweep.razorpay.razorpay_key_id.as_ref()).is_some_and(|id| !id.trim().is_empty())
-                && (sweep.razorpay.razorpay_key_secret.as_ref())
-                    .is_some_and(|s| !s.expose_secret().trim().is_empty()),
+            sweep.razorpay.configured(),
             "RAZORPAY_KEY_ID and RAZORPAY_KEY_SECRET",
         ),
         _ => (

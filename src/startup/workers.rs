@@ -101,11 +101,7 @@ pub fn sweeper(
         }
     }
     let razorpay = &sweep.razorpay;
-    let id_set = razorpay
-        .razorpay_key_id
-        .as_ref()
-        .is_some_and(|id| !id.trim().is_empty());
-    if id_set && non_empty(&razorpay.razorpay_key_secret).is_some() {
+    if razorpay.configured() {
         targets.push(target(
             crate::providers::razorpay::PROVIDER,
             razorpay_api(razorpay)?,

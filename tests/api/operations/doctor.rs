@@ -585,3 +585,46 @@ async fn a_paypal_webhook_must_point_here_with_an_id_the_source_verifies_with(po
         );
     }
 }
+
+#[sqlx::test]
+async fn a_sweep_that_recovers_events_or_fails_is_said(pool: PgPool) {
+    let stripe = FakeStripe::start(KEY, Vec::new()).await;
+    let settings = settings(&stripe.base_url());
+    for (result, status, said) in [
+        (
+            r#"{"listed": 40, "recovered": 0}"#,
+            Status::Ok,
+            "40 event(s) listed, 0 recovered",
+        ),
+        (
+            r#"{"listed": 40, "recovered": 3}"#,
+            Status::Warn,
+            "deliveries are failing",
+        ),
+        (
+            r#"{"error": "stripe refused the API key (401)"}"#,
+            Status::Fail,
+            "failed: stripe refused",
+        ),
+    ] {
+        sqlx::query(
+            "insert into sweeps (provider, last_run_at, last_success_at, last_result)
+             values ('stripe', now(), now(), $1::jsonb)
+             on conflict (provider) do update set last_result = excluded.last_result",
+        )
+        .bind(result)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let checks = doctor(&settings, &pool, &Clock::System).await;
+        let check = find(&checks, "sweep.stripe");
+        assert_eq!(check.status, status, "{result}: {check:#?}");
+        assert!(check.detail.contains(said), "{said:?} in {check:#?}");
+    }
+    let mut unkeyed = settings.clone();
+    unkeyed.sweep.stripe.stripe_api_key = None;
+    let checks = doctor(&unkeyed, &pool, &Clock::System).await;
+    let check = find(&checks, "sweep.stripe");
+    assert_eq!(check.status, Status::Warn, "{check:#?}");
+    assert!(check.fix.contains("STRIPE_API_KEY"), "{check:#?}");
+}
