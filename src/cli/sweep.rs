@@ -35,8 +35,9 @@ pub enum SweepCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct StripeSweepArgs {
-    /// How far back to look (e.g. `72h`; Stripe keeps events for 30 days).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "72h")]
+    /// How far back to look: a duration (`72h`; Stripe keeps events for
+    /// 30 days) or a time (`2026-12-06T09:00:00Z`, a backup's).
+    #[arg(long, value_parser = parse_since, default_value = "72h")]
     pub since: Duration,
     /// List and count; write nothing.
     #[arg(long)]
@@ -52,8 +53,9 @@ pub struct StripeSweepArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RazorpaySweepArgs {
-    /// How far back to look (e.g. `24h`: Razorpay retries a delivery for a day).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
+    /// How far back to look: a duration (`24h`: Razorpay retries a
+    /// delivery for a day) or a time (`2026-12-06T09:00:00Z`).
+    #[arg(long, value_parser = parse_since, default_value = "24h")]
     pub since: Duration,
     /// List and count; write nothing.
     #[arg(long)]
@@ -64,8 +66,9 @@ pub struct RazorpaySweepArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct PaypalSweepArgs {
-    /// How far back to look (e.g. `72h`: PayPal retries a delivery for three days).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "72h")]
+    /// How far back to look: a duration (`72h`: PayPal retries a delivery
+    /// for three days) or a time (`2026-12-06T09:00:00Z`).
+    #[arg(long, value_parser = parse_since, default_value = "72h")]
     pub since: Duration,
     /// List and count; write nothing.
     #[arg(long)]
@@ -270,6 +273,22 @@ impl From<Summary> for Imported {
     }
 }
 
+/// `--since`: a duration (`72h`), or a time in RFC 3339
+/// (`2026-12-06T09:00:00Z`, `2026-12-06 09:00:00Z`), which is how far back
+/// that time is now: after a restore, the backup's time.
+fn parse_since(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(duration) = humantime::parse_duration(text) {
+        return Ok(duration);
+    }
+    let at = humantime::parse_rfc3339_weak(text).map_err(|_| {
+        "expected a duration (72h, 30m) or a time in RFC 3339 (2026-12-06T09:00:00Z)".to_owned()
+    })?;
+    std::time::SystemTime::now()
+        .duration_since(at)
+        .map_err(|_| format!("{text} is in the future"))
+}
+
 /// [`window`], starting no earlier than `provider`'s cut-over.
 async fn floored(
     pool: &PgPool,
@@ -286,4 +305,24 @@ fn window(clock: &Clock, since: Duration) -> (i64, i64) {
     let now = clock.now();
     let since = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
     (now.saturating_sub(since).max(0), now + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_is_a_duration_or_a_time_before_now() {
+        assert_eq!(parse_since("72h").unwrap(), Duration::from_secs(72 * 3600));
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        let stamp = humantime::format_rfc3339_seconds(hour_ago).to_string();
+        let since = parse_since(&stamp).unwrap().as_secs();
+        assert!((3599..=3602).contains(&since), "{stamp}: {since}");
+        assert!(
+            parse_since("2999-01-01T00:00:00Z")
+                .unwrap_err()
+                .contains("future")
+        );
+        assert!(parse_since("yesterday").is_err());
+    }
 }
