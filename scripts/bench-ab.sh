@@ -20,12 +20,13 @@ command -v python3 >/dev/null || die "python3 is needed (the drill's JSON)"
 
 WEBHOOKD_BIN=$a bench_setup webhookd_bench_ab
 secret=whsec_bench_ab
-# drill BINARY: prints the unique credits a second of one drill on a new
-# database, or fails when its books do not add up.
+BENCH_EXTRA_DBS="webhookd_bench_ab_run"
+# drill BINARY: writes the unique credits a second of one drill on a new
+# database to $scratch/rate, or fails when its books do not add up. (In
+# this shell, not a subshell: the cleanup stops its server.)
 drill() {
     local binary=$1 url out
     url=$(bench_database webhookd_bench_ab_run)
-    BENCH_EXTRA_DBS="webhookd_bench_ab_run"
     start_webhookd "$binary" "$url" "$secret" "$scratch/serve.log" WEBHOOKD_ROLE=all
     out=$(DATABASE_URL=$url "$binary" drill --events "$events" --concurrency 32 --users 1000 \
         --url "$WEBHOOKD_URL" --stripe-webhook-secret "$secret" 2>/dev/null | tail -1)
@@ -34,14 +35,17 @@ drill() {
 d = json.loads(sys.argv[1])
 if not d.get("passed"):
     sys.exit("the drill did not pass: " + sys.argv[1])
-print(round(d["unique_events_per_sec"]))' "$out"
+print(round(d["unique_events_per_sec"]))' "$out" > "$scratch/rate"
 }
 
 echo "| run | A, credits/s | B, credits/s |"
 echo "|---|---|---|"
 sum_a=0 sum_b=0
 for run in $(seq 1 "$runs"); do
-    rate_a=$(drill "$a") rate_b=$(drill "$b")
+    drill "$a"
+    rate_a=$(cat "$scratch/rate")
+    drill "$b"
+    rate_b=$(cat "$scratch/rate")
     sum_a=$((sum_a + rate_a)) sum_b=$((sum_b + rate_b))
     printf '| %s | %s | %s |\n' "$run" "$rate_a" "$rate_b"
 done
