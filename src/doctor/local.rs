@@ -128,19 +128,23 @@ pub(super) async fn clock(
             "keep the clock synchronised (NTP: `timedatectl set-ntp true`)",
         );
     }
-    let said: Vec<String> = (skews.iter())
-        .map(|(whose, skew)| match skew {
-            0 => format!("agrees with {whose} to the second"),
-            s if *s > 0 => format!(
-                "is {} ahead of {whose}",
-                spoken(Duration::from_secs(s.unsigned_abs()))
-            ),
-            s => format!(
-                "is {} behind {whose}",
-                spoken(Duration::from_secs(s.unsigned_abs()))
-            ),
-        })
+    // Those it agrees with together, then each it differs from.
+    let agreeing: Vec<&str> = (skews.iter())
+        .filter(|(_, skew)| *skew == 0)
+        .map(|(whose, _)| *whose)
         .collect();
+    let mut said: Vec<String> = Vec::new();
+    if !agreeing.is_empty() {
+        said.push(format!(
+            "agrees with {} to the second",
+            agreeing.join(" and ")
+        ));
+    }
+    for (whose, skew) in skews.iter().filter(|(_, skew)| *skew != 0) {
+        let by = spoken(Duration::from_secs(skew.unsigned_abs()));
+        let side = if *skew > 0 { "ahead of" } else { "behind" };
+        said.push(format!("is {by} {side} {whose}"));
+    }
     let detail = format!(
         "this machine's clock {}; signatures are accepted {} either way (WEBHOOKD_TOLERANCE_SECS)",
         said.join(" and "),
