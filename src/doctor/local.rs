@@ -103,7 +103,7 @@ pub(super) async fn migrations(pool: &PgPool) -> Check {
 pub(super) async fn clock(
     setup: &Setup<'_>,
     pool: Option<&PgPool>,
-    provider: Option<SystemTime>,
+    providers: &[(&str, SystemTime)],
 ) -> Check {
     let tolerance = i64::try_from(setup.settings.tolerance_secs).unwrap_or(i64::MAX);
     let now = setup.clock.now();
@@ -117,9 +117,11 @@ pub(super) async fn clock(
             skews.push(("the database's", now - theirs.floor() as i64));
         }
     }
-    if let Some(theirs) = provider.and_then(|at| at.duration_since(UNIX_EPOCH).ok()) {
-        let theirs = i64::try_from(theirs.as_secs()).unwrap_or(i64::MAX);
-        skews.push(("Stripe's", now - theirs));
+    for (whose, at) in providers {
+        if let Ok(theirs) = at.duration_since(UNIX_EPOCH) {
+            let theirs = i64::try_from(theirs.as_secs()).unwrap_or(i64::MAX);
+            skews.push((whose, now - theirs));
+        }
     }
     if skews.is_empty() {
         return Check::warn(

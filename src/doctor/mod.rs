@@ -17,7 +17,7 @@ mod sinks;
 mod stripe;
 mod traffic;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use sqlx::PgPool;
@@ -127,16 +127,28 @@ pub async fn examine(setup: &Setup<'_>) -> Vec<Check> {
     let stripe = stripe::endpoints(setup.settings, setup.sources).await;
     let paypal = paypal::webhooks(setup.settings, setup.sources).await;
     let pool = database_up.then_some(setup.pool);
-    checks.push(local::clock(setup, pool, stripe.date).await);
+    let dates: Vec<(&str, SystemTime)> = [("Stripe's", stripe.date), ("PayPal's", paypal.date)]
+        .into_iter()
+        .filter_map(|(whose, date)| Some((whose, date?)))
+        .collect();
+    checks.push(local::clock(setup, pool, &dates).await);
     checks.push(local::admin(setup.settings));
     checks.extend(local::modes(setup.sources));
     checks.extend(sinks::reached(setup.sinks).await);
     checks.extend(stripe.checks);
-    checks.extend(paypal);
+    checks.extend(paypal.checks);
     if let Some(pool) = pool.filter(|_| migrated) {
         checks.extend(traffic::checks(setup, pool).await);
     }
     checks
+}
+
+/// What a provider's API said: a check per source of it, and the `Date`
+/// of its answer (a clock to compare with).
+#[derive(Default)]
+struct Answered {
+    checks: Vec<Check>,
+    date: Option<SystemTime>,
 }
 
 /// Whether any check failed: `doctor` then exits 1.

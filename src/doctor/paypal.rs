@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::local::bounded;
-use super::{Check, endpoint_url, of_scheme};
+use super::{Answered, Check, endpoint_url, of_scheme};
 use crate::api::ApiFailure;
 use crate::config::ServeSettings;
 use crate::effects::paypal::CAPTURE_TYPES;
@@ -40,25 +40,19 @@ struct EventType {
 
 /// `endpoint.<source>` for each mounted PayPal source, when the client id
 /// and secret are set.
-pub(super) async fn webhooks(settings: &ServeSettings, mounted: &[Source]) -> Vec<Check> {
+pub(super) async fn webhooks(settings: &ServeSettings, mounted: &[Source]) -> Answered {
     let sources = of_scheme(mounted, Scheme::Paypal);
     if sources.is_empty() || !settings.sweep.paypal.configured() {
-        return Vec::new();
+        return Answered::default();
     }
-    let listed = match crate::sweep::paypal::api(&settings.sweep.paypal) {
-        Ok(mut api) => match tokio::time::timeout(WITHIN, api.get(LIST_PATH, &[])).await {
-            Ok(Ok(body)) => serde_json::from_slice::<Webhooks>(&body)
-                .map_err(|e| ApiFailure::Malformed(format!("a list of webhooks: {e}"), "paypal"))
-                .map_err(|failure| (failure.to_string(), false)),
-            Ok(Err(failure)) => {
-                let refused = matches!(failure, ApiFailure::Unauthorized { .. });
-                Err((failure.to_string(), refused))
-            }
-            Err(_) => Err((format!("no answer within {}", super::spoken(WITHIN)), false)),
-        },
-        Err(error) => Err((format!("{error:#}"), false)),
+    let (listed, date) = match crate::sweep::paypal::api(&settings.sweep.paypal) {
+        Ok(mut api) => {
+            let answered = tokio::time::timeout(WITHIN, api.get(LIST_PATH, &[])).await;
+            (listed(answered), api.date)
+        }
+        Err(error) => (Err((format!("{error:#}"), false)), None),
     };
-    (sources.into_iter())
+    let checks = (sources.into_iter())
         .map(|source| match &listed {
             Ok(listed) => judge(settings, source, &listed.webhooks),
             Err((said, true)) => Check::fail(
@@ -72,7 +66,25 @@ pub(super) async fn webhooks(settings: &ServeSettings, mounted: &[Source]) -> Ve
                 "run `webhookd doctor` again; if it persists, check WEBHOOKD_PAYPAL_API_BASE (sandbox or live)",
             ),
         })
-        .collect()
+        .collect();
+    Answered { checks, date }
+}
+
+/// The webhooks PayPal answered, or what it said instead and whether it
+/// refused the credentials.
+fn listed(
+    answered: Result<Result<Vec<u8>, ApiFailure>, tokio::time::error::Elapsed>,
+) -> Result<Webhooks, (String, bool)> {
+    match answered {
+        Ok(Ok(body)) => serde_json::from_slice::<Webhooks>(&body)
+            .map_err(|e| ApiFailure::Malformed(format!("a list of webhooks: {e}"), "paypal"))
+            .map_err(|failure| (failure.to_string(), false)),
+        Ok(Err(failure)) => {
+            let refused = matches!(failure, ApiFailure::Unauthorized { .. });
+            Err((failure.to_string(), refused))
+        }
+        Err(_) => Err((format!("no answer within {}", super::spoken(WITHIN)), false)),
+    }
 }
 
 /// Whether `source` has a webhook pointed at it, with an id it verifies

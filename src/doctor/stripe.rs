@@ -4,12 +4,12 @@
 //! subscribed to every type webhookd applies (or `*`), on the API version
 //! the source expects.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::local::bounded;
-use super::{Check, endpoint_url, of_scheme};
+use super::{Answered, Check, endpoint_url, of_scheme};
 use crate::api::{Api, ApiFailure, Auth};
 use crate::config::ServeSettings;
 use crate::effects::stripe::HANDLED_TYPES;
@@ -29,14 +29,6 @@ const MOST_PAGES: usize = 10;
 
 /// Longest the listing may take, retries included.
 const WITHIN: Duration = Duration::from_secs(30);
-
-/// What was learned from Stripe: a check per Stripe source, and the
-/// `Date` of Stripe's answer (a clock to compare with).
-#[derive(Default)]
-pub(super) struct Endpoints {
-    pub checks: Vec<Check>,
-    pub date: Option<SystemTime>,
-}
 
 /// A webhook endpoint, as the API describes it.
 #[derive(Debug, Deserialize)]
@@ -58,11 +50,11 @@ struct Page {
 
 /// `endpoint.<source>` for each mounted Stripe source, when
 /// `STRIPE_API_KEY` is set.
-pub(super) async fn endpoints(settings: &ServeSettings, mounted: &[Source]) -> Endpoints {
+pub(super) async fn endpoints(settings: &ServeSettings, mounted: &[Source]) -> Answered {
     let sources = of_scheme(mounted, Scheme::Stripe);
     let args = &settings.sweep.stripe;
     let Some(key) = non_empty(&args.stripe_api_key).filter(|_| !sources.is_empty()) else {
-        return Endpoints::default();
+        return Answered::default();
     };
     let api = Api::new(
         "stripe",
@@ -79,7 +71,7 @@ pub(super) async fn endpoints(settings: &ServeSettings, mounted: &[Source]) -> E
                 bounded(&format!("{error:#}")),
                 "mend WEBHOOKD_STRIPE_API_BASE",
             );
-            return Endpoints {
+            return Answered {
                 checks: vec![check],
                 date: None,
             };
@@ -109,7 +101,7 @@ pub(super) async fn endpoints(settings: &ServeSettings, mounted: &[Source]) -> E
             })
             .collect(),
     };
-    Endpoints {
+    Answered {
         checks,
         date: api.date,
     }

@@ -575,6 +575,8 @@ async fn a_paypal_webhook_must_point_here_with_an_id_the_source_verifies_with(po
             check.detail.contains(said),
             "{case}: {said:?} in {check:#?}"
         );
+        let clock = find(&checks, "clock");
+        assert!(clock.detail.contains("PayPal's"), "its Date: {clock:#?}");
         let listed = paypal
             .requests()
             .into_iter()
