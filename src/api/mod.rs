@@ -113,8 +113,9 @@ pub struct Api {
     headers: Vec<(&'static str, HeaderValue)>,
     /// Requests sent, retries included.
     pub requests: u64,
-    /// The `Date` of the provider's last answer: its clock, to the second.
-    pub date: Option<std::time::SystemTime>,
+    /// The `Date` of the provider's last answer (its clock, to the
+    /// second), and when that answer came.
+    pub date: Option<(std::time::SystemTime, Instant)>,
 }
 
 impl std::fmt::Debug for Api {
@@ -297,7 +298,7 @@ impl Api {
                 let retry_after = retry_after(response.headers().get(RETRY_AFTER));
                 let date = response.headers().get(DATE).and_then(|v| v.to_str().ok());
                 if let Some(date) = date.and_then(|date| httpdate::parse_http_date(date).ok()) {
-                    self.date = Some(date);
+                    self.date = Some((date, Instant::now()));
                 }
                 self.judge(
                     status,

@@ -31,8 +31,27 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {
     pub deliveries: i64,
-    /// Unix seconds of the last.
+    /// Unix seconds of the first and of the last.
+    pub first_at: i64,
     pub last_at: i64,
+}
+
+impl Tally {
+    /// One delivery at `at`.
+    fn one(at: i64) -> Self {
+        Tally {
+            deliveries: 1,
+            first_at: at,
+            last_at: at,
+        }
+    }
+
+    /// This tally and `other`'s, of the same hour.
+    fn add(&mut self, other: Tally) {
+        self.deliveries += other.deliveries;
+        self.first_at = self.first_at.min(other.first_at);
+        self.last_at = self.last_at.max(other.last_at);
+    }
 }
 
 /// The tally not yet written, by source, then by hour (Unix seconds of
@@ -67,18 +86,9 @@ impl Arrivals {
             None => pending.entry(source.to_owned()).or_default(),
         };
         match hours.get_mut(&hour) {
-            Some(tally) => {
-                tally.deliveries += 1;
-                tally.last_at = tally.last_at.max(now);
-            }
+            Some(tally) => tally.add(Tally::one(now)),
             None => {
-                hours.insert(
-                    hour,
-                    Tally {
-                        deliveries: 1,
-                        last_at: now,
-                    },
-                );
+                hours.insert(hour, Tally::one(now));
                 self.noticed.notify_one();
             }
         }
@@ -101,14 +111,16 @@ impl Arrivals {
             for (source, hours) in taken {
                 let kept = pending.entry(source).or_default();
                 for (hour, tally) in hours {
-                    let into = kept.entry(hour).or_insert(Tally {
-                        deliveries: 0,
-                        last_at: tally.last_at,
-                    });
-                    into.deliveries += tally.deliveries;
-                    into.last_at = into.last_at.max(tally.last_at);
+                    match kept.get_mut(&hour) {
+                        Some(into) => into.add(tally),
+                        None => {
+                            kept.insert(hour, tally);
+                        }
+                    }
                 }
             }
+            // Tried again after the pause, whatever arrives meanwhile.
+            self.noticed.notify_one();
         }
     }
 
@@ -140,22 +152,25 @@ mod tests {
         let clock = Clock::manual(7_200 + 59);
         let arrivals = Arrivals::new(clock.clone());
         arrivals.note("stripe");
+        clock.advance(Duration::from_secs(10));
         arrivals.note("stripe");
         clock.advance(Duration::from_secs(3_600));
         arrivals.note("stripe");
         arrivals.note("paypal");
         let pending = arrivals.pending.lock().unwrap().clone();
-        let tally = |deliveries, last_at| Tally {
+        let tally = |deliveries, first_at, last_at| Tally {
             deliveries,
+            first_at,
             last_at,
         };
-        assert_eq!(
-            pending["stripe"],
-            BTreeMap::from([(7_200, tally(2, 7_259)), (10_800, tally(1, 10_859))])
-        );
+        let hours = [
+            (7_200, tally(2, 7_259, 7_269)),
+            (10_800, tally(1, 10_869, 10_869)),
+        ];
+        assert_eq!(pending["stripe"], BTreeMap::from(hours));
         assert_eq!(
             pending["paypal"],
-            BTreeMap::from([(10_800, tally(1, 10_859))])
+            BTreeMap::from([(10_800, tally(1, 10_869, 10_869))])
         );
     }
 }

@@ -36,7 +36,7 @@ pub enum SweepCommand {
 #[derive(Debug, Clone, Args)]
 pub struct StripeSweepArgs {
     /// How far back to look: a duration (`72h`; Stripe keeps events for
-    /// 30 days) or a time (`2026-12-06T09:00:00Z`, a backup's).
+    /// 30 days) or a time in UTC (`2026-12-06T09:00:00Z`, a backup's).
     #[arg(long, value_parser = parse_since, default_value = "72h")]
     pub since: Duration,
     /// List and count; write nothing.
@@ -54,7 +54,7 @@ pub struct StripeSweepArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RazorpaySweepArgs {
     /// How far back to look: a duration (`24h`: Razorpay retries a
-    /// delivery for a day) or a time (`2026-12-06T09:00:00Z`).
+    /// delivery for a day) or a time in UTC (`2026-12-06T09:00:00Z`).
     #[arg(long, value_parser = parse_since, default_value = "24h")]
     pub since: Duration,
     /// List and count; write nothing.
@@ -67,7 +67,7 @@ pub struct RazorpaySweepArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PaypalSweepArgs {
     /// How far back to look: a duration (`72h`: PayPal retries a delivery
-    /// for three days) or a time (`2026-12-06T09:00:00Z`).
+    /// for three days) or a time in UTC (`2026-12-06T09:00:00Z`).
     #[arg(long, value_parser = parse_since, default_value = "72h")]
     pub since: Duration,
     /// List and count; write nothing.
@@ -273,16 +273,16 @@ impl From<Summary> for Imported {
     }
 }
 
-/// `--since`: a duration (`72h`), or a time in RFC 3339
-/// (`2026-12-06T09:00:00Z`, `2026-12-06 09:00:00Z`), which is how far back
-/// that time is now: after a restore, the backup's time.
+/// `--since`: a duration (`72h`), or a time in UTC, RFC 3339 with `Z`
+/// (`2026-12-06T09:00:00Z`; without the `Z`, UTC all the same), which is
+/// how far back that time is now: after a restore, the backup's time.
 fn parse_since(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if let Ok(duration) = humantime::parse_duration(text) {
         return Ok(duration);
     }
     let at = humantime::parse_rfc3339_weak(text).map_err(|_| {
-        "expected a duration (72h, 30m) or a time in RFC 3339 (2026-12-06T09:00:00Z)".to_owned()
+        "expected a duration (72h, 30m) or a time in UTC (2026-12-06T09:00:00Z)".to_owned()
     })?;
     std::time::SystemTime::now()
         .duration_since(at)

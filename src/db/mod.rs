@@ -332,9 +332,20 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
 /// out after the backup it was restored from: each start moves the
 /// sequence past every id given since the last, as long as fewer than a
 /// million are given a second (far above what webhookd writes). Ids stay
-/// unique and increasing meanwhile: the sequence only moves forward.
+/// unique and increasing meanwhile: the sequence only moves forward, one
+/// process at a time (a lock of the transaction's: two processes starting
+/// at once could otherwise each set it to its own reading of the clock,
+/// the later reading first). The database's clock decides: a database
+/// restored onto a server whose clock is behind the old one's is moved on
+/// only once that clock has caught up.
 pub async fn sequence_past_now(pool: &PgPool, sequence: &str) -> Result<(), sqlx::Error> {
     let mut tx = begin(pool).await?;
+    sqlx::query(
+        "select pg_advisory_xact_lock(hashtext('webhookd.sequence_past_now'), hashtext($1))",
+    )
+    .bind(sequence)
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(
         "select setval($1::regclass, now_us)
          from (select (extract(epoch from clock_timestamp()) * 1000000)::bigint as now_us) as t

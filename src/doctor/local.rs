@@ -2,7 +2,7 @@
 //! migrations, the clock against the database's and the provider's, and
 //! who can reach the admin listener.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use sqlx::PgPool;
 
@@ -103,7 +103,7 @@ pub(super) async fn migrations(pool: &PgPool) -> Check {
 pub(super) async fn clock(
     setup: &Setup<'_>,
     pool: Option<&PgPool>,
-    providers: &[(&str, SystemTime)],
+    providers: &[(&str, super::Dated)],
 ) -> Check {
     let tolerance = i64::try_from(setup.settings.tolerance_secs).unwrap_or(i64::MAX);
     let now = setup.clock.now();
@@ -117,8 +117,9 @@ pub(super) async fn clock(
             skews.push(("the database's", now - theirs.floor() as i64));
         }
     }
-    for (whose, at) in providers {
-        if let Ok(theirs) = at.duration_since(UNIX_EPOCH) {
+    for (whose, (at, came)) in providers {
+        // Their clock now: what it said, and the time since it said it.
+        if let Ok(theirs) = (*at + came.elapsed()).duration_since(UNIX_EPOCH) {
             let theirs = i64::try_from(theirs.as_secs()).unwrap_or(i64::MAX);
             skews.push((whose, now - theirs));
         }

@@ -123,18 +123,23 @@ pub async fn examine(setup: &Setup<'_>) -> Vec<Check> {
         migrated = migrations.status != Status::Fail;
         checks.push(migrations);
     }
-    // The providers first: their answers' `Date` is a clock to check.
-    let stripe = stripe::endpoints(setup.settings, setup.sources).await;
-    let paypal = paypal::webhooks(setup.settings, setup.sources).await;
+    // What may wait on the network, all at once (the console's page must
+    // answer within its request's timeout); the providers' answers before
+    // the clock, whose `Date` is one to check it against.
+    let (stripe, paypal, reached) = tokio::join!(
+        stripe::endpoints(setup.settings, setup.sources),
+        paypal::webhooks(setup.settings, setup.sources),
+        sinks::reached(setup.sinks),
+    );
     let pool = database_up.then_some(setup.pool);
-    let dates: Vec<(&str, SystemTime)> = [("Stripe's", stripe.date), ("PayPal's", paypal.date)]
+    let dates: Vec<(&str, Dated)> = [("Stripe's", stripe.date), ("PayPal's", paypal.date)]
         .into_iter()
         .filter_map(|(whose, date)| Some((whose, date?)))
         .collect();
     checks.push(local::clock(setup, pool, &dates).await);
     checks.push(local::admin(setup.settings));
     checks.extend(local::modes(setup.sources));
-    checks.extend(sinks::reached(setup.sinks).await);
+    checks.extend(reached);
     checks.extend(stripe.checks);
     checks.extend(paypal.checks);
     if let Some(pool) = pool.filter(|_| migrated) {
@@ -148,8 +153,11 @@ pub async fn examine(setup: &Setup<'_>) -> Vec<Check> {
 #[derive(Default)]
 struct Answered {
     checks: Vec<Check>,
-    date: Option<SystemTime>,
+    date: Option<Dated>,
 }
+
+/// A provider's `Date`, and when its answer came.
+type Dated = (SystemTime, tokio::time::Instant);
 
 /// Whether any check failed: `doctor` then exits 1.
 pub fn failed(checks: &[Check]) -> bool {

@@ -18,17 +18,24 @@ pub(super) async fn reached(sinks: &Result<Vec<(SinkEntry, Sink)>, String>) -> V
             )];
         }
     };
-    let mut checks = Vec::new();
-    for (entry, sink) in configured {
+    let reached = configured.iter().map(|(entry, sink)| async move {
         let check = format!("sink.{}", entry.name);
         let url = entry.url_variable();
-        checks.push(match (sink, sink.reach().await) {
+        match (sink, sink.reach().await) {
             (Sink::Log(_), _) if entry.name == DEFAULT_SINK => Check::warn(
                 check,
                 "no sink is configured: the outbox's events are written to the log, and reach none of your systems",
                 "set WEBHOOKD_SINK_URL (and WEBHOOKD_SINK_SECRET) to your receiver, or a broker's URL",
             ),
-            (_, Ok(said)) => Check::ok(check, said),
+            (_, Ok(reached)) if reached.troubled => Check::warn(
+                check,
+                format!("{}: it is reached, but fails", reached.said),
+                format!(
+                    "deliveries to it fail and retry until it answers 2xx: look at the receiver \
+                     behind {url}'s host"
+                ),
+            ),
+            (_, Ok(reached)) => Check::ok(check, reached.said),
             (_, Err(problem)) => Check::fail(
                 check,
                 bounded(&problem.to_string()),
@@ -37,7 +44,9 @@ pub(super) async fn reached(sinks: &Result<Vec<(SinkEntry, Sink)>, String>) -> V
                      and become dead letters after WEBHOOKD_OUTBOX_MAX_ATTEMPTS"
                 ),
             ),
-        });
-    }
-    checks
+        }
+    });
+    // All at once, each within its sink's timeout; in the configuration's
+    // order.
+    futures_util::future::join_all(reached).await
 }

@@ -28,7 +28,7 @@ const PAGE: usize = 100;
 const MOST_PAGES: usize = 10;
 
 /// Longest the listing may take, retries included.
-const WITHIN: Duration = Duration::from_secs(30);
+const WITHIN: Duration = Duration::from_secs(15);
 
 /// A webhook endpoint, as the API describes it.
 #[derive(Debug, Deserialize)]

@@ -20,6 +20,10 @@ use crate::{events, outbox};
 const WARN_AFTER_GAPS: f64 = 1.5;
 const FAIL_AFTER_GAPS: f64 = 3.0;
 
+/// How long a source that delivered in one hour only may be silent before
+/// a warning (it has no usual gap to compare with).
+const ONE_HOUR_ONLY_SILENCE: i64 = 24 * 3_600;
+
 /// An event waiting for a dependency longer than this is worth a look.
 const LONG_WAIT: Duration = Duration::from_secs(3_600);
 
@@ -35,9 +39,9 @@ pub(super) async fn checks(setup: &Setup<'_>, pool: &PgPool) -> Vec<Check> {
 }
 
 /// `deliveries.<source>`: how long since each mounted source's last
-/// delivery, against the longest silence of its last two weeks.
+/// delivery, against the longest silence of the two weeks before it.
 async fn deliveries(setup: &Setup<'_>, pool: &PgPool) -> Vec<Check> {
-    let seen = match arrivals::seen(pool, setup.clock.pinned()).await {
+    let seen = match arrivals::seen(pool).await {
         Ok(seen) => seen,
         Err(error) => {
             return vec![Check::warn(
@@ -55,21 +59,22 @@ async fn deliveries(setup: &Setup<'_>, pool: &PgPool) -> Vec<Check> {
         .map(|source| {
             let check = format!("deliveries.{}", source.name);
             let Some(seen) = seen.iter().find(|s| s.source == source.name) else {
-                return Check::warn(check, "no delivery has arrived in the last 35 days", never(source));
+                return Check::warn(check, "no delivery has arrived yet", never(source));
             };
             let age = now - seen.last_at;
             let Some(gap) = seen.usual_gap else {
-                return Check::ok(
-                    check,
-                    format!(
-                        "last delivery {} ago (too few hours with deliveries yet to know its usual gap)",
-                        spoken_secs(age)
-                    ),
+                let detail = format!(
+                    "last delivery {} ago (deliveries in one hour only: too few to know its usual gap)",
+                    spoken_secs(age)
                 );
+                return match age > ONE_HOUR_ONLY_SILENCE {
+                    true => Check::warn(check, detail, never(source)),
+                    false => Check::ok(check, detail),
+                };
             };
             let detail = format!(
-                "last delivery {} ago; its longest silence in {USUAL_GAP_DAYS} days was {} \
-                 ({} deliveries in them)",
+                "last delivery {} ago; in the {USUAL_GAP_DAYS} days before it, its longest silence \
+                 was {} ({} deliveries)",
                 spoken_secs(age),
                 spoken_secs(gap),
                 seen.deliveries
@@ -105,7 +110,7 @@ async fn deliveries(setup: &Setup<'_>, pool: &PgPool) -> Vec<Check> {
         .collect()
 }
 
-/// What to do about a source that never delivered.
+/// What to do about a source that never delivered, or hardly.
 fn never(source: &crate::providers::Source) -> String {
     let endpoint = match source.scheme {
         Scheme::Stripe | Scheme::Paypal => format!("check endpoint.{} above and ", source.name),

@@ -248,10 +248,8 @@ fn gauge(recorder: &PrometheusRecorder, name: &'static str, labels: Vec<Label>) 
 /// each ([`Scraped::read`]); without an answer they are left out rather
 /// than failing the scrape.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let (mut scraped, unready) = tokio::join!(
-        Scraped::read(&state.pool, state.clock.pinned()),
-        super::health::unready(&state)
-    );
+    let (mut scraped, unready) =
+        tokio::join!(Scraped::read(&state.pool), super::health::unready(&state));
     scraped.ready = Some(unready.is_none());
     let body = state.metrics.render(&scraped, state.ingestor.batch_stats());
     (

@@ -74,6 +74,14 @@ pub struct SinkSettings {
 #[error("an HTTP sink needs its secret")]
 pub struct NeedsSecret;
 
+/// A sink reached ([`Sink::reach`]): what answered, and whether the
+/// answer was a server error (a proxy whose receiver is down, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    pub said: String,
+    pub troubled: bool,
+}
+
 /// What is wrong with a sink, found by [`Sink::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
@@ -143,17 +151,22 @@ impl Sink {
     }
 
     /// Whether the sink can be delivered to now, and what said so: an HTTP
-    /// receiver answers a `HEAD` (any status), a broker takes the
-    /// credentials and has the exchange or stream; the log always can.
-    pub async fn reach(&self) -> Result<String, Problem> {
+    /// receiver answers a `HEAD` (a 5xx is an answer, and a sign of
+    /// trouble behind it), a broker takes the credentials and has the
+    /// exchange or stream; the log always can.
+    pub async fn reach(&self) -> Result<Reached, Problem> {
+        let fine = |said: &str| Reached {
+            said: said.to_owned(),
+            troubled: false,
+        };
         match self {
-            Sink::Log(_) => Ok("deliveries are written to the log".to_owned()),
-            Sink::Http(sink) => (sink.reach().await)
-                .map(|status| format!("the receiver answered HEAD with {status}")),
-            Sink::Amqp(_) | Sink::Nats(_) => self
-                .check()
-                .await
-                .map(|()| "the broker took the credentials and has the destination".to_owned()),
+            Sink::Log(_) => Ok(fine("deliveries are written to the log")),
+            Sink::Http(sink) => (sink.reach().await).map(|status| Reached {
+                said: format!("the receiver answered HEAD with {status}"),
+                troubled: status >= 500,
+            }),
+            Sink::Amqp(_) | Sink::Nats(_) => (self.check().await)
+                .map(|()| fine("the broker took the credentials and has the destination")),
         }
     }
 

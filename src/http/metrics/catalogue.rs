@@ -131,7 +131,7 @@ pub(super) const GAUGES: [(&str, &str); 15] = [
     ),
     (
         SOURCE_USUAL_GAP,
-        "The longest silence between the source's deliveries over the last 14 days, to the hour (3600 at least).",
+        "The longest silence between the source's deliveries in the 14 days before its last, from one hour's last delivery to the next hour's first (3600 at least).",
     ),
     (
         READY,

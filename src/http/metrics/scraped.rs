@@ -40,15 +40,14 @@ pub struct Scraped {
 
 impl Scraped {
     /// Reads every gauge at once, each within [`WITHIN`].
-    /// `now`: Unix seconds, or `None` for the database's clock.
-    pub async fn read(pool: &PgPool, now: Option<f64>) -> Scraped {
+    pub async fn read(pool: &PgPool) -> Scraped {
         let (outbox, deferred, owner_waits, owners, swept, seen) = tokio::join!(
             read_within(WITHIN, outbox_depth(pool.clone())),
             read_within(WITHIN, deferred_depth(pool.clone())),
             read_within(WITHIN, owner_waits(pool.clone())),
             read_within(WITHIN, owner_counts(pool.clone())),
             read_within(WITHIN, sweeps(pool.clone())),
-            read_within(WITHIN, seen(pool.clone(), now)),
+            read_within(WITHIN, seen(pool.clone())),
         );
         Scraped {
             outbox,
@@ -137,6 +136,6 @@ async fn sweeps(pool: PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
     last_successes(&pool).await
 }
 
-async fn seen(pool: PgPool, now: Option<f64>) -> Result<Vec<arrivals::Seen>, sqlx::Error> {
-    arrivals::seen(&pool, now).await
+async fn seen(pool: PgPool) -> Result<Vec<arrivals::Seen>, sqlx::Error> {
+    arrivals::seen(&pool).await
 }

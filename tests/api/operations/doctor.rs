@@ -292,9 +292,14 @@ async fn a_clock_past_the_tolerance_fails_and_one_within_it_passes(pool: PgPool)
 
 /// A receiver that answers every request 204, on a free port.
 async fn receiver() -> String {
+    answering(StatusCode::NO_CONTENT).await
+}
+
+/// A receiver that answers every request `status`, on a free port.
+async fn answering(status: StatusCode) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let app = Router::new().fallback(|| async { StatusCode::NO_CONTENT });
+    let app = Router::new().fallback(move || async move { status });
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{address}/hooks")
 }
@@ -421,18 +426,26 @@ async fn a_source_silent_for_longer_than_usual_is_said_and_exported(pool: PgPool
     let start = 1_800_000_000; // on the hour
     let clock = Clock::manual(start);
     let arrivals = Arrivals::new(clock.clone());
-    // Deliveries every hour for a day, then one two hours later: the
-    // longest silence in the fortnight is two hours.
+    let minutes = |n: u64| std::time::Duration::from_secs(n * 60);
+    // Deliveries at :10 and :50 of every hour for a day (each hour written
+    // in two flushes, so that the rows merge), then none until 2 h 50 min
+    // after the last: the longest silence of the fortnight, measured from
+    // the last delivery to the next (the hours' starts would say 3 h).
+    clock.advance(minutes(10));
     for _ in 0..24 {
         arrivals.note("stripe");
-        clock.advance(std::time::Duration::from_secs(3_600));
+        arrivals.flush(&pool).await;
+        clock.advance(minutes(40));
+        arrivals.note("stripe");
+        arrivals.flush(&pool).await;
+        clock.advance(minutes(20));
     }
-    clock.advance(std::time::Duration::from_secs(3_600));
+    clock.advance(minutes(170 - 20));
     arrivals.note("stripe");
     arrivals.flush(&pool).await;
     let last = clock.now();
 
-    let scraped = Scraped::read(&pool, clock.pinned()).await.render();
+    let scraped = Scraped::read(&pool).await.render();
     assert!(
         scraped.contains(&format!(
             "webhookd_source_last_event_timestamp_seconds{{source=\"stripe\"}} {last}"
@@ -440,23 +453,28 @@ async fn a_source_silent_for_longer_than_usual_is_said_and_exported(pool: PgPool
         "{scraped}"
     );
     assert!(
-        scraped.contains("webhookd_source_usual_gap_seconds{source=\"stripe\"} 7200"),
+        scraped.contains("webhookd_source_usual_gap_seconds{source=\"stripe\"} 10200"),
         "{scraped}"
     );
 
     let stripe = FakeStripe::start(KEY, Vec::new()).await;
     let settings = settings(&stripe.base_url());
+    let hours = |n: i64| n * 3_600;
     for (silent_for, status) in [
-        (3_600, Status::Ok),
-        (4 * 3_600, Status::Warn),
-        (7 * 3_600, Status::Fail),
+        (hours(1), Status::Ok),
+        (hours(5), Status::Warn),
+        (hours(9), Status::Fail),
+        // Past the fortnight the gap is still known: never an all-clear.
+        (hours(15 * 24), Status::Fail),
     ] {
         let at = Clock::Fixed(last + silent_for);
         let checks = doctor(&settings, &pool, &at).await;
         let check = find(&checks, "deliveries.stripe");
         assert_eq!(check.status, status, "{silent_for}: {check:#?}");
         assert!(
-            check.detail.contains("longest silence in 14 days was 2 h"),
+            check
+                .detail
+                .contains("its longest silence was 2 h 50 min (49 deliveries)"),
             "{check:#?}"
         );
         if status != Status::Ok {
@@ -470,7 +488,7 @@ async fn a_source_silent_for_longer_than_usual_is_said_and_exported(pool: PgPool
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(counted, 25, "every delivery counted once");
+    assert_eq!(counted, 49, "every delivery counted once");
 }
 
 #[sqlx::test]
@@ -629,4 +647,16 @@ async fn a_sweep_that_recovers_events_or_fails_is_said(pool: PgPool) {
     let check = find(&checks, "sweep.stripe");
     assert_eq!(check.status, Status::Warn, "{check:#?}");
     assert!(check.fix.contains("STRIPE_API_KEY"), "{check:#?}");
+}
+
+#[sqlx::test]
+async fn a_sink_that_answers_a_server_error_is_reached_but_troubled(pool: PgPool) {
+    let stripe = FakeStripe::start(KEY, Vec::new()).await;
+    let mut settings = settings(&stripe.base_url());
+    settings.outbox.sink_url = Some(answering(StatusCode::BAD_GATEWAY).await.into());
+    settings.outbox.sink_secret = Some("whsec_Y2hhb3Mtc2luay1zaWduaW5nLWtleQ==".into());
+    let checks = doctor(&settings, &pool, &Clock::System).await;
+    let check = find(&checks, "sink.default");
+    assert_eq!(check.status, Status::Warn, "{check:#?}");
+    assert!(check.detail.contains("502"), "{check:#?}");
 }
