@@ -113,7 +113,7 @@ async fn deliveries(setup: &Setup<'_>, pool: &PgPool) -> Vec<Check> {
 /// What to do about a source that never delivered, or hardly.
 fn never(source: &crate::providers::Source) -> String {
     let endpoint = match source.scheme {
-        Scheme::Stripe | Scheme::Paypal => format!("check endpoint.{} above and ", source.name),
+        Scheme::Stripe | Scheme::Paypal => format!("endpoint.{} above and ", source.name),
         _ => String::new(),
     };
     let trigger = match source.scheme {
@@ -121,8 +121,8 @@ fn never(source: &crate::providers::Source) -> String {
         _ => "",
     };
     format!(
-        "if the provider sends to this service, {endpoint}the provider's list of failed \
-         deliveries; to see one arrive, send a test event from its dashboard{trigger}"
+        "if the provider sends to this service, check {endpoint}the provider's list of \
+         failed deliveries; to see one arrive, send a test event from its dashboard{trigger}"
     )
 }
 
