@@ -53,6 +53,24 @@ impl Clock {
     }
 }
 
+/// A duration as a person says it: `45 s`, `12 min`, `3 h 5 min`,
+/// `2 days 4 h` (the doctor's checks, the console's ages).
+pub fn spoken(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    match secs {
+        0..120 => format!("{secs} s"),
+        120..7_200 => format!("{} min", secs / 60),
+        7_200..172_800 => match (secs / 60) % 60 {
+            0 => format!("{} h", secs / 3_600),
+            min => format!("{} h {min} min", secs / 3_600),
+        },
+        _ => match (secs / 3_600) % 24 {
+            0 => format!("{} days", secs / 86_400),
+            h => format!("{} days {h} h", secs / 86_400),
+        },
+    }
+}
+
 /// Runs `tick` at once and then every `period` until `shutdown` (a tick
 /// that overran delays the next one, never bunches them): the loop of a
 /// periodic task.
@@ -67,6 +85,27 @@ pub async fn every<T: Future<Output = ()>>(
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => tick().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_said_as_a_person_would() {
+        for (secs, said) in [
+            (0, "0 s"),
+            (119, "119 s"),
+            (120, "2 min"),
+            (7_199, "119 min"),
+            (7_200, "2 h"),
+            (11_100, "3 h 5 min"),
+            (172_800, "2 days"),
+            (187_200, "2 days 4 h"),
+        ] {
+            assert_eq!(spoken(Duration::from_secs(secs)), said);
         }
     }
 }

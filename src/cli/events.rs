@@ -56,6 +56,7 @@ pub async fn run(
         } => {
             let sources = crate::startup::registry(stripe, configured)?;
             let thin = crate::startup::fetcher(stripe)?;
+            crate::startup::ids_past_now(pool).await?;
             replay(pool, &sources, thin.as_deref(), provider, event_id, out).await
         }
     }

@@ -120,6 +120,15 @@ pub async fn sweep(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let mode = |dry_run| if dry_run { Mode::DryRun } else { Mode::Apply };
+    let dry_run = match command {
+        SweepCommand::Stripe(args) => args.dry_run,
+        SweepCommand::Razorpay(args) => args.dry_run,
+        SweepCommand::Paypal(args) => args.dry_run,
+    };
+    if !dry_run {
+        // What it applies writes outbox rows and ledger entries.
+        startup::ids_past_now(pool).await?;
+    }
     let summary = match command {
         SweepCommand::Stripe(args) => {
             let (mut api, source) = match &args.account {

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, spoken};
 use crate::config::{ServeSettings, SinkEntry};
 use crate::providers::{Scheme, Source};
 use crate::sinks::Sink;
@@ -58,12 +58,7 @@ pub struct Check {
 
 impl Check {
     pub fn ok(check: impl Into<String>, detail: impl Into<String>) -> Self {
-        Check {
-            check: check.into(),
-            status: Status::Ok,
-            detail: detail.into(),
-            fix: String::new(),
-        }
+        Check::with(Status::Ok, check, detail, "")
     }
 
     pub fn warn(
@@ -71,11 +66,7 @@ impl Check {
         detail: impl Into<String>,
         fix: impl Into<String>,
     ) -> Self {
-        Check {
-            status: Status::Warn,
-            fix: fix.into(),
-            ..Check::ok(check, detail)
-        }
+        Check::with(Status::Warn, check, detail, fix)
     }
 
     pub fn fail(
@@ -83,10 +74,20 @@ impl Check {
         detail: impl Into<String>,
         fix: impl Into<String>,
     ) -> Self {
+        Check::with(Status::Fail, check, detail, fix)
+    }
+
+    fn with(
+        status: Status,
+        check: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
         Check {
-            status: Status::Fail,
+            check: check.into(),
+            status,
+            detail: detail.into(),
             fix: fix.into(),
-            ..Check::ok(check, detail)
         }
     }
 }
@@ -148,6 +149,17 @@ pub async fn examine(setup: &Setup<'_>) -> Vec<Check> {
     checks
 }
 
+/// The types of `required` that a webhook subscribed to `subscribed` does
+/// not get: none when it takes `*`.
+fn unsubscribed<'a>(required: &[&'a str], subscribed: &[&str]) -> Vec<&'a str> {
+    if subscribed.contains(&"*") {
+        return Vec::new();
+    }
+    (required.iter().copied())
+        .filter(|kind| !subscribed.contains(kind))
+        .collect()
+}
+
 /// What a provider's API said: a check per source of it, and the `Date`
 /// of its answer (a clock to compare with).
 #[derive(Default)]
@@ -177,23 +189,6 @@ fn endpoint_url(settings: &ServeSettings, source: &str) -> Option<String> {
     (settings.public_url()).map(|base| format!("{base}/webhooks/{source}"))
 }
 
-/// A duration as a person says it: `45 s`, `12 min`, `3 h 5 min`, `2 days 4 h`.
-pub fn spoken(duration: Duration) -> String {
-    let secs = duration.as_secs();
-    match secs {
-        0..120 => format!("{secs} s"),
-        120..7_200 => format!("{} min", secs / 60),
-        7_200..172_800 => match (secs / 60) % 60 {
-            0 => format!("{} h", secs / 3_600),
-            min => format!("{} h {min} min", secs / 3_600),
-        },
-        _ => match (secs / 3_600) % 24 {
-            0 => format!("{} days", secs / 86_400),
-            h => format!("{} days {h} h", secs / 86_400),
-        },
-    }
-}
-
 /// [`spoken`] of a number of seconds, never negative.
 fn spoken_secs(secs: i64) -> String {
     spoken(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
@@ -204,19 +199,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_are_said_as_a_person_would() {
-        for (secs, said) in [
-            (0, "0 s"),
-            (119, "119 s"),
-            (120, "2 min"),
-            (7_199, "119 min"),
-            (7_200, "2 h"),
-            (11_100, "3 h 5 min"),
-            (172_800, "2 days"),
-            (187_200, "2 days 4 h"),
-        ] {
-            assert_eq!(spoken(Duration::from_secs(secs)), said);
-        }
+    fn a_negative_age_is_none() {
         assert_eq!(spoken_secs(-5), "0 s");
     }
 

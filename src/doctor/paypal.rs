@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::local::bounded;
-use super::{Answered, Check, endpoint_url, of_scheme};
+use super::{Answered, Check, endpoint_url, of_scheme, unsubscribed};
 use crate::api::ApiFailure;
 use crate::config::ServeSettings;
 use crate::effects::paypal::CAPTURE_TYPES;
@@ -149,10 +149,8 @@ fn judge_one(source: &Source, webhook: &Webhook, url: &str, ids: &[String], chec
         .iter()
         .map(|t| t.name.as_str())
         .collect();
-    if !names.contains(&"*") && !source.record_only {
-        let missing: Vec<&str> = (CAPTURE_TYPES.iter().copied())
-            .filter(|kind| !names.contains(kind))
-            .collect();
+    if !source.record_only {
+        let missing = unsubscribed(&CAPTURE_TYPES, &names);
         if !missing.is_empty() {
             return Check::fail(
                 check,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::local::bounded;
-use super::{Answered, Check, endpoint_url, of_scheme};
+use super::{Answered, Check, endpoint_url, of_scheme, unsubscribed};
 use crate::api::{Api, ApiFailure, Auth};
 use crate::config::ServeSettings;
 use crate::effects::stripe::HANDLED_TYPES;
@@ -248,11 +248,10 @@ fn judge_one(source: &Source, endpoint: &Endpoint, check: &str) -> Check {
             ),
         );
     }
-    let all = endpoint.enabled_events.iter().any(|e| e == "*");
-    if !source.record_only && !all {
-        let missing: Vec<&str> = (HANDLED_TYPES.iter().copied())
-            .filter(|kind| !endpoint.enabled_events.iter().any(|e| e == kind))
-            .collect();
+    let subscribed: Vec<&str> = endpoint.enabled_events.iter().map(String::as_str).collect();
+    let all = subscribed.contains(&"*");
+    if !source.record_only {
+        let missing = unsubscribed(&HANDLED_TYPES, &subscribed);
         if !missing.is_empty() {
             return Check::fail(
                 check,

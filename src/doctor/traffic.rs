@@ -81,7 +81,7 @@ async fn deliveries(setup: &Setup<'_>, pool: &PgPool) -> Vec<Check> {
             );
             #[allow(clippy::cast_precision_loss)]
             let gaps = age as f64 / gap as f64;
-            let fix = match sweep_provider(source.scheme) {
+            let fix = match source.scheme.provider() {
                 Some(provider) => format!(
                     "check endpoint.{} above and the provider's dashboard for failing or disabled \
                      deliveries; once mended, `webhookd sweep {provider} --since {}` applies what \
@@ -228,7 +228,7 @@ async fn sweeps(setup: &Setup<'_>, pool: &PgPool) -> Vec<Check> {
     let runs = crate::sweep::runs(pool).await.unwrap_or_default();
     let (settings, now) = (setup.settings, setup.clock.now());
     let mut providers: Vec<&'static str> = (setup.sources.iter())
-        .filter_map(|source| sweep_provider(source.scheme))
+        .filter_map(|source| source.scheme.provider())
         .collect();
     providers.sort_unstable();
     providers.dedup();
@@ -331,16 +331,6 @@ fn sweep(settings: &ServeSettings, provider: &str, run: Option<&Run>, now: i64) 
         );
     }
     Check::ok(check, detail)
-}
-
-/// The provider a sweep of `scheme`'s events names (`webhookd sweep <it>`).
-fn sweep_provider(scheme: Scheme) -> Option<&'static str> {
-    match scheme {
-        Scheme::Stripe => Some("stripe"),
-        Scheme::Razorpay => Some("razorpay"),
-        Scheme::Paypal => Some("paypal"),
-        _ => None,
-    }
 }
 
 /// A `--since` that reaches back past `age` seconds: whole hours, and a

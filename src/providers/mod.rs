@@ -224,7 +224,18 @@ impl Scheme {
     /// Whether its events move money: its sources share the scheme's
     /// provider name ([`stripe::PROVIDER`], ...) and dedupe space.
     pub fn is_payment(self) -> bool {
-        matches!(self, Scheme::Stripe | Scheme::Razorpay | Scheme::Paypal)
+        self.provider().is_some()
+    }
+
+    /// A payment scheme's provider name (`stripe`, ...): its events'
+    /// dedupe space, and what `webhookd sweep` names.
+    pub fn provider(self) -> Option<&'static str> {
+        match self {
+            Scheme::Stripe => Some(stripe::PROVIDER),
+            Scheme::Razorpay => Some(razorpay::PROVIDER),
+            Scheme::Paypal => Some(paypal::PROVIDER),
+            Scheme::StandardWebhooks | Scheme::Github | Scheme::Shopify => None,
+        }
     }
 }
 

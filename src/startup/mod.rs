@@ -344,8 +344,8 @@ pub async fn serve(
 /// Moves the ids that reach the user's systems (the outbox's `webhook-id`,
 /// a wallet entry's `entry_id`) past every one handed out so far: after a
 /// restore from a backup, none is handed out again for another message.
-/// Run by every command that writes them (`serve`, `migrate`, `sweep`,
-/// `import`, `events`) before it writes.
+/// Run by every command that writes them (`serve`, `migrate`, `sweep`
+/// but a dry run, `events replay`) before it writes.
 pub async fn ids_past_now(pool: &PgPool) -> anyhow::Result<()> {
     crate::outbox::store::ids_past_now(pool)
         .await

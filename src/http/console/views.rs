@@ -447,15 +447,10 @@ impl From<events::Deferred> for DeferredRow {
     }
 }
 
-/// Seconds as people read an age: `42 s`, `7 min`, `3 h`, `2 d`.
+/// Seconds as people read an age ([`crate::clock::spoken`]): `42 s`,
+/// `7 min`, `3 h 5 min`, `2 days 4 h`.
 pub fn age(secs: impl std::borrow::Borrow<f64>) -> String {
-    let secs = *secs.borrow();
-    #[allow(clippy::cast_possible_truncation)]
-    let secs = secs.max(0.0).round() as i64;
-    match secs {
-        s if s < 120 => format!("{s} s"),
-        s if s < 7200 => format!("{} min", s / 60),
-        s if s < 172_800 => format!("{} h", s / 3600),
-        s => format!("{} d", s / 86_400),
-    }
+    let secs = secs.borrow().max(0.0).round();
+    let age = std::time::Duration::try_from_secs_f64(secs).unwrap_or_default();
+    crate::clock::spoken(age)
 }
