@@ -42,6 +42,9 @@ pub struct PruneArgs {
 pub struct Pruned {
     /// Events dropped with their month's partition.
     pub events: u64,
+    /// Whether some of those counts are the tables' statistics (a large
+    /// month's, `db::partitions::COUNTED_PAGES`).
+    pub estimated: bool,
     /// Outbox rows dropped with their month's partition.
     pub outbox_rows: u64,
     /// Payloads replaced by a stub.
@@ -71,18 +74,23 @@ pub async fn run(
     let cutoff = now - age.max(payload_age).as_secs_f64();
     let events = events::partitions::retire(pool, cutoff, clock.pinned()).await?;
     say(out, &events, "events")?;
+    let (events_dropped, events_estimated) = events.rows(events::partitions::TABLE);
     let mut pruned = Pruned {
-        events: events.rows(events::partitions::TABLE),
+        events: events_dropped,
+        estimated: events_estimated,
         ..Pruned::default()
     };
     pruned.payloads =
         events::expire_payloads(pool, now - payload_age.as_secs_f64(), args.batch).await?;
     let outbox = store::retention::retire(pool, cutoff, clock.pinned()).await?;
     say(out, &outbox, "rows")?;
-    pruned.outbox_rows = outbox.rows(store::retention::TABLE);
+    let (outbox_rows, outbox_estimated) = outbox.rows(store::retention::TABLE);
+    pruned.outbox_rows = outbox_rows;
+    pruned.estimated |= outbox_estimated;
     writeln!(
         out,
-        "pruned {} events and {} outbox rows older than {}; {} payloads older than {} expired",
+        "pruned {}{} events and {} outbox rows older than {}; {} payloads older than {} expired",
+        if pruned.estimated { "about " } else { "" },
         pruned.events,
         pruned.outbox_rows,
         humantime::format_duration(age.max(payload_age)),
@@ -98,17 +106,21 @@ fn say(out: &mut impl Write, retirement: &Retirement, what: &str) -> std::io::Re
     for retired in &retirement.retired {
         write!(
             out,
-            "dropped partition {}: {} {what}",
-            retired.partition, retired.rows
+            "dropped partition {}: {}{} {what}",
+            retired.partition,
+            if retired.estimated { "about " } else { "" },
+            retired.rows
         )?;
         if retired.moved > 0 {
             write!(out, " ({} kept, moved to the current month)", retired.moved)?;
         }
+        if retired.estimated {
+            write!(out, " (the table's statistics)")?;
+        }
         writeln!(
             out,
-            "; detached in {:.2} s, counted in {:.2} s, dropped in {:.2} s",
+            "; detached in {:.2} s, dropped in {:.2} s",
             retired.detach.as_secs_f64(),
-            retired.count.as_secs_f64(),
             retired.drop.as_secs_f64()
         )?;
     }

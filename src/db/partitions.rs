@@ -60,20 +60,29 @@ pub async fn ensure(
 pub struct Retired {
     pub table: &'static str,
     pub partition: String,
-    /// The rows it held when it was dropped.
+    /// The rows it held when it was dropped: counted, or read from the
+    /// table's statistics when counting would read more than
+    /// [`COUNTED_PAGES`] ([`Retired::estimated`]).
     pub rows: u64,
+    /// Whether `rows` is the statistics' estimate.
+    pub estimated: bool,
     /// The rows it kept, moved to the current month's partition first.
     pub moved: u64,
-    /// How long the detach took: the one statement on the live table
-    /// (it waits for the transactions that may use the partition).
+    /// How long the statements on the live table took: moving what it
+    /// keeps, and the detach (which waits for the transactions that may
+    /// use the partition).
     pub detach: Duration,
-    /// How long putting back what it keeps and counting the rows of the
-    /// detached table took: no one waits for it.
-    pub count: Duration,
-    /// How long dropping the detached table took (its files' removal at
-    /// commit): no one waits for it either.
+    /// How long the statements on the detached table took, which no one
+    /// waits for: putting back what it keeps, its rows' count and the drop
+    /// (its files' removal at commit).
     pub drop: Duration,
 }
+
+/// The most pages of a detached partition counted row by row: past it
+/// (128 MiB, about 200,000 events) the rows dropped are the table's
+/// statistics, which autovacuum keeps, since a month of 10 million rows
+/// takes a second to count, as long again as dropping it.
+pub const COUNTED_PAGES: i64 = 16_384;
 
 /// What a retention run did to the partitions of its tables.
 #[derive(Debug, Default)]
@@ -84,13 +93,15 @@ pub struct Retirement {
 }
 
 impl Retirement {
-    /// The rows of `table` dropped.
-    pub fn rows(&self, table: &str) -> u64 {
+    /// The rows of `table` dropped, and whether any were estimated
+    /// ([`Retired::estimated`]).
+    pub fn rows(&self, table: &str) -> (u64, bool) {
         self.retired
             .iter()
             .filter(|retired| retired.table == table)
-            .map(|retired| retired.rows)
-            .sum()
+            .fold((0, false), |(rows, estimated), retired| {
+                (rows + retired.rows, estimated || retired.estimated)
+            })
     }
 }
 
@@ -168,24 +179,23 @@ pub async fn retire(
             retirement.left.push((past.partition, why));
             continue;
         }
-        let moved = keeper.move_kept(pool, &past).await?;
         let started = Instant::now();
+        let moved = keeper.move_kept(pool, &past).await?;
         detach(pool, table, &past.partition).await?;
         let detached = Instant::now();
         let mut tx = super::begin(pool).await?;
         let put = keeper.put_back(&mut tx, &past.partition).await?;
-        let rows = count(&mut tx, &past.partition).await?;
-        let counted = Instant::now();
+        let (rows, estimated) = held(&mut tx, &past.partition, COUNTED_PAGES).await?;
         drop_detached(&mut tx, &past.partition).await?;
         tx.commit().await?;
         retirement.retired.push(Retired {
             table,
             partition: past.partition,
             rows: rows.saturating_sub(put),
+            estimated,
             moved: moved + put,
             detach: detached - started,
-            count: counted - detached,
-            drop: counted.elapsed(),
+            drop: detached.elapsed(),
         });
     }
     Ok(())
@@ -301,12 +311,31 @@ pub async fn attached(
     .await
 }
 
-/// The rows of the detached `partition`.
-pub async fn count(conn: &mut PgConnection, partition: &str) -> Result<u64, sqlx::Error> {
+/// The rows of the detached `partition`, and whether that is the table's
+/// statistics' estimate: counted when it has at most `counted_pages`
+/// ([`COUNTED_PAGES`]) or was never vacuumed or analysed.
+pub async fn held(
+    conn: &mut PgConnection,
+    partition: &str,
+    counted_pages: i64,
+) -> Result<(u64, bool), sqlx::Error> {
+    let statistics = sqlx::query!(
+        r#"
+        select reltuples::float8 as "rows!", relpages::int8 as "pages!"
+        from pg_class where oid = $1::text::regclass
+        "#,
+        quote_ident(partition),
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if statistics.rows >= 0.0 && statistics.pages > counted_pages {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        return Ok((statistics.rows.round() as u64, true));
+    }
     let rows: i64 = sqlx::query_scalar(&format!("select count(*) from {}", quote_ident(partition)))
         .fetch_one(conn)
         .await?;
-    Ok(u64::try_from(rows).unwrap_or(0))
+    Ok((u64::try_from(rows).unwrap_or(0), false))
 }
 
 /// Drops the detached `partition`, in the caller's transaction (after what

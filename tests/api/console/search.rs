@@ -3,6 +3,7 @@
 
 use sqlx::PgPool;
 use webhookd::clock::Clock;
+use webhookd::events;
 
 use super::{Browser, console_app, deliver_razorpay, razorpay_captured, razorpay_refund};
 use crate::helpers::{charge, now, payment_intent_succeeded, subscription};
@@ -100,5 +101,90 @@ async fn the_search_finds_the_events_that_name_an_event_user_payment_refund_or_s
         unknown.body.contains("No event matches."),
         "{}",
         unknown.body
+    );
+}
+
+/// The events of `user_big` (6,000 credits, every 400th found by a sweep,
+/// one every 2 s) and as many of `user_small`'s between them, written as
+/// webhookd writes them.
+async fn a_user_with_thousands_of_events(pool: &PgPool) {
+    sqlx::raw_sql(
+        r"
+        insert into wallets (user_id, currency) values ('user_big', 'USD'), ('user_small', 'USD');
+        insert into processed_events (provider, event_id, event_type, outcome, payload, received_at,
+                                      received_via)
+        select 'stripe', format('evt_%s_%s', who, i), 'payment_intent.succeeded', 'processed', '{}',
+               now() - make_interval(secs => 2 * (6000 - i) + (who = 'small')::int),
+               case when i % 400 = 0 then 'sweep' else 'webhook' end
+        from generate_series(1, 6000) i, (values ('big'), ('small')) as users (who);
+        insert into wallet_entries (user_id, currency, amount_minor, kind, provider, source_ref, event_id)
+        select format('user_%s', who), 'USD', 100, 'credit', 'stripe', format('pi_%s_%s', who, i),
+               format('evt_%s_%s', who, i)
+        from generate_series(1, 6000) i, (values ('big'), ('small')) as users (who);
+        ",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// What a page holds, read plainly: the events of `user_big` (`evt_big_*`)
+/// received via `via`, newest first, after the event `before`.
+async fn expected_page(pool: &PgPool, via: Option<&str>, before: Option<&str>) -> Vec<String> {
+    sqlx::query_scalar(
+        "select event_id from processed_events
+         where event_id like 'evt_big_%' and ($1::text is null or received_via = $1)
+           and ($2::text is null or (received_at, provider, event_id)
+                < (select received_at, provider, event_id from processed_events where event_id = $2))
+         order by received_at desc, provider desc, event_id desc limit 50",
+    )
+    .bind(via)
+    .bind(before)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn a_user_with_thousands_of_events_is_paged_newest_first_whichever_way_it_is_read(
+    pool: PgPool,
+) {
+    a_user_with_thousands_of_events(&pool).await;
+    let filter = |via: Option<&str>| events::Filter {
+        q: Some("user_big".to_owned()),
+        received_via: via.map(str::to_owned),
+        ..events::Filter::default()
+    };
+    let ids = |rows: &[events::Row]| rows.iter().map(|r| r.event_id.clone()).collect::<Vec<_>>();
+
+    // Read by walking the newest events: 6,000 related events.
+    let first = events::page(&pool, &filter(None), None, 50).await.unwrap();
+    assert_eq!(ids(&first), expected_page(&pool, None, None).await);
+    assert_eq!(first[0].event_id, "evt_big_6000");
+    // The next page from its cursor, the same way.
+    let last = first.last().unwrap();
+    let cursor = events::Cursor::new(&last.cursor_at, &last.provider, &last.event_id).unwrap();
+    let second = events::page(&pool, &filter(None), Some(&cursor), 50)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&second),
+        expected_page(&pool, None, Some(&last.event_id)).await
+    );
+    // Rare among them: the walk does not fill the page, so each is looked
+    // up by its key.
+    let swept = events::page(&pool, &filter(Some("sweep")), None, 50)
+        .await
+        .unwrap();
+    assert_eq!(swept.len(), 15);
+    assert_eq!(ids(&swept), expected_page(&pool, Some("sweep"), None).await);
+    // An event id: one related event, looked up by its key.
+    let small = events::Filter {
+        q: Some("evt_small_17".to_owned()),
+        ..events::Filter::default()
+    };
+    assert_eq!(
+        ids(&events::page(&pool, &small, None, 50).await.unwrap()),
+        ["evt_small_17"]
     );
 }

@@ -862,3 +862,35 @@ async fn a_kept_event_held_while_its_month_goes_is_put_back(pool: PgPool) {
     assert_eq!(app.balance("user_1", "USD").await, Some(0));
     app.assert_consistent().await;
 }
+
+#[sqlx::test]
+async fn a_large_detached_month_is_told_by_its_statistics_a_small_one_counted(pool: PgPool) {
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("create table retired_month as select g as id from generate_series(1, 5000) g")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    // Never vacuumed or analysed: counted, however large.
+    let held = partitions::held(&mut conn, "retired_month", 0)
+        .await
+        .unwrap();
+    assert_eq!(held, (5000, false));
+    sqlx::query("delete from retired_month where id > 4000")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("vacuum analyze retired_month")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    // More pages than counted: the statistics vacuum left.
+    let held = partitions::held(&mut conn, "retired_month", 0)
+        .await
+        .unwrap();
+    assert_eq!(held, (4000, true));
+    // Within the pages counted: counted.
+    let held = partitions::held(&mut conn, "retired_month", partitions::COUNTED_PAGES)
+        .await
+        .unwrap();
+    assert_eq!(held, (4000, false));
+}
