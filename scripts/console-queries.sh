@@ -615,12 +615,16 @@ hour_since = int(max_epoch) // 60 * 60 - 59 * 60
 day_since = int(max_epoch) // 900 * 900 - 95 * 900
 day_from = max_epoch - 3 * 86400
 
+# the search's two constants, as the binary has them
+WALKED = [int(re.search(rf"const {name}: i64 = ([0-9_]+);", sources["src/events/browse.rs"]).group(1).replace("_", ""))
+          for name in ("WALKED_RELATED", "WALKED_EVENTS")]
+
 def page(provider=None, event_type=None, outcome=None, via=None, start=None, end=None, cursor=None, q=None):
     args = [provider, event_type, outcome, via, start, end, *(cursor or (None, None, None)), 50]
-    return args + [q] if q is not None else args
+    return args + [q, *WALKED] if q is not None else args
 
-LIST = "and received_at <= coalesce($7::text::timestamptz"
-SEARCH = "join (select distinct r.provider, r.event_id from related_events($11)"
+LIST = 'event_type, outcome as "outcome: Outcome", received_via'
+SEARCH = "with related as materialized (select distinct r.provider, r.event_id from related_events($11)"
 STORY = "related as (select distinct provider, event_id from related_events($1))"
 cases = [
     ("events::page", "first page, no filter", LIST, page()),

@@ -174,34 +174,41 @@ pub async fn page(
                 Listed,
                 r#"
                 with related as materialized (select distinct r.provider, r.event_id from related_events($11) r),
+                newest as materialized (
+                    select provider, event_id, event_type, outcome, received_via, received_at
+                    from processed_events
+                    where (select count(*) from related) >= $12
+                      and received_at >= coalesce(to_timestamp($5::float8), '-infinity')
+                      and received_at < coalesce(to_timestamp($6::float8), 'infinity')
+                      and received_at <= coalesce($7::text::timestamptz, 'infinity')
+                      and ($7::text is null or (received_at, provider, event_id) < ($7::text::timestamptz, $8, $9))
+                      and ($1::text is null or provider = $1)
+                      and ($2::text is null or event_type = $2)
+                      and ($3::text is null or outcome = $3)
+                      and ($4::text is null or received_via = $4)
+                    order by received_at desc, provider desc, event_id desc
+                    limit $13
+                ),
                 walked as materialized (
-                    select e.provider, e.event_id, e.event_type, e.outcome, e.received_via, e.received_at
-                    from (select provider, event_id, event_type, outcome, received_via, received_at
-                          from processed_events
-                          where (select count(*) from related) >= $12
-                            and received_at >= coalesce(to_timestamp($5::float8), '-infinity')
-                            and received_at < coalesce(to_timestamp($6::float8), 'infinity')
-                            and received_at <= coalesce($7::text::timestamptz, 'infinity')
-                            and ($7::text is null or (received_at, provider, event_id) < ($7::text::timestamptz, $8, $9))
-                          order by received_at desc, provider desc, event_id desc
-                          limit $13) e
+                    select * from newest e
                     where exists (select from related r where r.provider = e.provider and r.event_id = e.event_id)
-                      and ($1::text is null or e.provider = $1)
-                      and ($2::text is null or e.event_type = $2)
-                      and ($3::text is null or e.outcome = $3)
-                      and ($4::text is null or e.received_via = $4)
                     order by e.received_at desc, e.provider desc, e.event_id desc
                     limit $10
+                ),
+                -- walked, it found the page or read every event the filters let by
+                walk_done (done) as (
+                    select (select count(*) from related) >= $12
+                       and ((select count(*) from walked) = $10 or (select count(*) from newest) < $13)
                 )
                 select provider as "provider!", event_id as "event_id!", event_type as "event_type!",
                        outcome as "outcome!: Outcome", received_via as "received_via!",
                        received_at as "received_at!: Timestamp"
-                from walked where (select count(*) from walked) = $10
+                from walked where (select done from walk_done)
                 union all
                 (select e.provider, e.event_id, e.event_type, e.outcome, e.received_via, e.received_at
                  from processed_events e
                  join related r on r.provider = e.provider and r.event_id = e.event_id
-                 where (select count(*) from walked) < $10
+                 where not (select done from walk_done)
                    and e.received_at >= coalesce(to_timestamp($5::float8), '-infinity')
                    and e.received_at < coalesce(to_timestamp($6::float8), 'infinity')
                    and ($7::text is null or (e.received_at, e.provider, e.event_id) < ($7::text::timestamptz, $8, $9))
