@@ -106,16 +106,18 @@ fn say(out: &mut impl Write, retirement: &Retirement, what: &str) -> std::io::Re
     for retired in &retirement.retired {
         write!(
             out,
-            "dropped partition {}: {}{} {what}",
+            "dropped partition {}: {}{} {what}{}",
             retired.partition,
             if retired.estimated { "about " } else { "" },
-            retired.rows
+            retired.rows,
+            if retired.estimated {
+                " by its statistics"
+            } else {
+                ""
+            },
         )?;
         if retired.moved > 0 {
             write!(out, " ({} kept, moved to the current month)", retired.moved)?;
-        }
-        if retired.estimated {
-            write!(out, " (the table's statistics)")?;
         }
         writeln!(
             out,

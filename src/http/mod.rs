@@ -97,6 +97,7 @@ pub fn admin_router(
             app: state.clone(),
             auth,
             doctor,
+            day: console::DayCounts::default(),
         };
         let console = console::router(console);
         routes = routes

@@ -27,6 +27,7 @@ use axum::routing::{get, post};
 use super::AppState;
 pub use auth::Auth;
 use auth::{Actor, Check};
+pub use pages::DayCounts;
 use throttle::{Refusal, Scope};
 
 /// A page's path parameters, by name: the admin router's own wildcard
@@ -114,6 +115,8 @@ pub struct Console {
     pub auth: Auth,
     /// What the doctor page runs: every check of this process's settings.
     pub doctor: Doctor,
+    /// The overview's last day of counts, read at most once a minute.
+    pub day: pages::DayCounts,
 }
 
 /// The checks of the running process's settings, run anew at each call.

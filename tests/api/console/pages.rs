@@ -2,6 +2,8 @@
 //! story, what waits, and the overview's figures, each against what the
 //! database holds.
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use webhookd::clock::Clock;
@@ -9,7 +11,7 @@ use webhookd::clock::Clock;
 use super::{
     Browser, console_app, dead_ids, deliver_razorpay, encoded, kill_due_rows, razorpay_captured,
 };
-use crate::helpers::{charge, payment_intent_succeeded};
+use crate::helpers::{charge, now, payment_intent_succeeded};
 
 #[sqlx::test]
 async fn a_users_page_shows_each_wallet_formatted_and_entries_linking_to_their_events(
@@ -248,4 +250,61 @@ async fn the_overview_and_its_live_part_show_the_outbox_and_deferred_counts(pool
         assert!(body.contains("processed 3"), "the chart's legend");
         assert!(body.contains("deferred 1"));
     }
+}
+
+/// The text of each chart's legend, in the page's order (the hour's, then
+/// the day's).
+fn legends(body: &str) -> Vec<String> {
+    body.split("<p class=\"legend\">")
+        .skip(1)
+        .map(|rest| {
+            let legend = &rest[..rest.find("</p>").unwrap()];
+            let mut text = String::new();
+            let mut in_tag = false;
+            for c in legend.chars() {
+                match c {
+                    '<' => in_tag = true,
+                    '>' => in_tag = false,
+                    c if !in_tag => text.push(c),
+                    _ => {}
+                }
+            }
+            text.trim().to_owned()
+        })
+        .collect()
+}
+
+#[sqlx::test]
+async fn the_overviews_day_is_read_at_most_once_a_minute_and_its_hour_each_time(pool: PgPool) {
+    // A minute ahead of the database's clock, so that every event it
+    // receives is in the charts' last bucket or before.
+    let clock = Clock::manual(now() + 60);
+    let app = console_app(pool, clock.clone()).await;
+    let browser = Browser::bearer(&app);
+    app.deliver(
+        &payment_intent_succeeded("evt_1", "pi_1", "user_1", 100),
+        "processed",
+    )
+    .await;
+    let first = browser.page("/console/live").await;
+    assert_eq!(legends(&first.body), ["processed 1", "processed 1"]);
+
+    app.deliver(
+        &payment_intent_succeeded("evt_2", "pi_2", "user_1", 100),
+        "processed",
+    )
+    .await;
+    let within_the_minute = browser.page("/console").await;
+    assert_eq!(
+        legends(&within_the_minute.body),
+        ["processed 2", "processed 1"],
+        "the hour read again, the day as read"
+    );
+
+    clock.advance(Duration::from_secs(60));
+    let a_minute_later = browser.page("/console/live").await;
+    assert_eq!(
+        legends(&a_minute_later.body),
+        ["processed 2", "processed 2"]
+    );
 }
