@@ -73,8 +73,8 @@ pub struct Retired {
     /// use the partition).
     pub detach: Duration,
     /// How long the statements on the detached table took, which no one
-    /// waits for: putting back what it keeps, its rows' count and the drop
-    /// (its files' removal at commit).
+    /// waits for: putting back what it keeps, its rows' count (or their
+    /// statistics) and the drop (its files' removal at commit).
     pub drop: Duration,
 }
 

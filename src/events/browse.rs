@@ -218,7 +218,7 @@ pub async fn page(
                    and ($4::text is null or e.received_via = $4)
                  order by e.received_at desc, e.provider desc, e.event_id desc
                  limit $10)
-                order by 6 desc, 1 desc, 2 desc
+                order by 6 desc, 1 desc, 2 desc -- received_at, provider, event_id
                 "#,
                 filter.provider,
                 filter.event_type,

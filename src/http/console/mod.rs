@@ -116,7 +116,7 @@ pub struct Console {
     /// What the doctor page runs: every check of this process's settings.
     pub doctor: Doctor,
     /// The overview's last day of counts, read at most once a minute.
-    pub day: pages::DayCounts,
+    pub day: DayCounts,
 }
 
 /// The checks of the running process's settings, run anew at each call.

@@ -12,6 +12,8 @@ pub use events::{event, events};
 pub use outbox::{OutboxQuery, bulk_retry, outbox};
 pub use owners::owners;
 
+use std::sync::Arc;
+
 use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
@@ -22,7 +24,6 @@ use super::views::{self, Chrome, SweepView, age, page};
 use super::{Console, UserRef};
 use crate::events::Outcome;
 use crate::{ledger, payments, subscriptions, sweep};
-use std::sync::Arc;
 
 /// Rows a page shows at most.
 pub(super) const PAGE_ROWS: i64 = 50;
