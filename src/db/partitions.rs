@@ -79,8 +79,8 @@ pub struct Retired {
 }
 
 /// The most pages of a detached partition counted row by row: past it
-/// (128 MiB, about 200,000 events) the rows dropped are the table's
-/// statistics, which autovacuum keeps, since a month of 10 million rows
+/// (128 MiB, about 200,000 events) the rows dropped are Postgres's
+/// statistics of the table ([`held`]), since a month of 10 million rows
 /// takes a second to count, as long again as dropping it.
 pub const COUNTED_PAGES: i64 = 16_384;
 
@@ -311,9 +311,12 @@ pub async fn attached(
     .await
 }
 
-/// The rows of the detached `partition`, and whether that is the table's
-/// statistics' estimate: counted when it has at most `counted_pages`
-/// ([`COUNTED_PAGES`]) or was never vacuumed or analysed.
+/// The rows of the detached `partition`, and whether that is an estimate
+/// from Postgres's statistics: counted when it has at most `counted_pages`
+/// ([`COUNTED_PAGES`]); else its live rows as the statistics keep them
+/// (`n_live_tup`, counted as rows are inserted and deleted), or when those
+/// were lost (a crash resets them) the last vacuum's or analyse's count
+/// (`reltuples`), or counted when it has neither.
 pub async fn held(
     conn: &mut PgConnection,
     partition: &str,
@@ -321,16 +324,24 @@ pub async fn held(
 ) -> Result<(u64, bool), sqlx::Error> {
     let statistics = sqlx::query!(
         r#"
-        select reltuples::float8 as "rows!", relpages::int8 as "pages!"
+        select pg_relation_size(oid) / current_setting('block_size')::int8 as "pages!",
+               pg_stat_get_tuples_inserted(oid) as "inserted!",
+               pg_stat_get_live_tuples(oid) as "live!",
+               reltuples::float8 as "reltuples!"
         from pg_class where oid = $1::text::regclass
         "#,
         quote_ident(partition),
     )
     .fetch_one(&mut *conn)
     .await?;
-    if statistics.rows >= 0.0 && statistics.pages > counted_pages {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        return Ok((statistics.rows.round() as u64, true));
+    if statistics.pages > counted_pages {
+        if statistics.inserted > 0 {
+            return Ok((u64::try_from(statistics.live).unwrap_or(0), true));
+        }
+        if statistics.reltuples >= 0.0 {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            return Ok((statistics.reltuples.round() as u64, true));
+        }
     }
     let rows: i64 = sqlx::query_scalar(&format!("select count(*) from {}", quote_ident(partition)))
         .fetch_one(conn)
