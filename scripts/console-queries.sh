@@ -621,10 +621,10 @@ WALKED = [int(re.search(rf"const {name}: i64 = ([0-9_]+);", sources["src/events/
 
 def page(provider=None, event_type=None, outcome=None, via=None, start=None, end=None, cursor=None, q=None):
     args = [provider, event_type, outcome, via, start, end, *(cursor or (None, None, None)), 50]
-    return args + [q, *WALKED] if q is not None else args
+    return args + [q, *WALKED]
 
-LIST = 'event_type, outcome as "outcome: Outcome", received_via'
-SEARCH = "with related as materialized (select distinct r.provider, r.event_id from related_events($11)"
+# the list and the search are one statement
+LIST = SEARCH = "select distinct r.provider, r.event_id from related_events($11) r where $11::text is not null"
 STORY = "related as (select distinct provider, event_id from related_events($1))"
 cases = [
     ("events::page", "first page, no filter", LIST, page()),

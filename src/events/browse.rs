@@ -101,22 +101,25 @@ const WALKED_RELATED: i64 = 5_000;
 const WALKED_EVENTS: i64 = 50_000;
 
 /// Up to `limit` events matching `filter`, newest first, older than
-/// `before` when given. With `filter.q` the related events are found first
-/// (each by its own index); past [`WALKED_RELATED`] of them the newest
-/// events are walked in time order (at most [`WALKED_EVENTS`]) and the
-/// related ones kept, else (or when the walk leaves the page short) each
-/// related event is looked up by its key, then filtered and sorted (one
-/// probe a partition each). Without it the walk goes down
-/// `processed_events_received_at`, the time bounds as its index condition,
-/// or down `processed_events_event_type` or `processed_events_received_via`
-/// when those filters are the rarer.
+/// `before` when given: one statement.
+/// - Without `filter.q`, the walk down `processed_events_received_at` (the
+///   time bounds its index condition), or down
+///   `processed_events_event_type`, `processed_events_received_via` or
+///   `processed_events_exceptions` when those filters are the rarer.
+/// - With it, the related events are found first (each arm of
+///   `related_events` by its own index). Past [`WALKED_RELATED`] of them,
+///   the same walk (of at most [`WALKED_EVENTS`]) keeps the related ones:
+///   the answer when it fills the page or reads every event the filters let
+///   by. Else (a subject of a few events, or a page of rare ones among
+///   many) each related event is looked up by its key (a probe a partition),
+///   filtered and sorted.
 ///
-/// Both statements are planned for their parameters every time
-/// ([`db::BEGIN_LOOKUP`]): a filter left out (`$n is null`) is folded
-/// away and a given one meets the column's statistics. A cached generic
-/// plan can do neither: at 5 million events it drove a search's join from
-/// the events' time index, seconds for any `q` (docs/PERFORMANCE.md,
-/// "Console queries at 5 M events").
+/// Planned for its parameters every time ([`db::BEGIN_LOOKUP`]): a filter
+/// left out (`$n is null`) is folded away, with the branch a search does
+/// not take, and a given one meets the column's statistics. A cached
+/// generic plan can do neither: at 5 million events it drove a search's
+/// join from the events' time index, seconds for any `q`
+/// (docs/PERFORMANCE.md, "Console queries at 5 M events").
 pub async fn page(
     pool: &PgPool,
     filter: &Filter,
@@ -131,111 +134,76 @@ pub async fn page(
         ),
         None => (None, None, None),
     };
-    let lookup = db::lookup(pool);
-    let rows = match filter.q.as_deref() {
-        None => {
-            lookup.all(sqlx::query_as!(
-                Listed,
-                r#"
-                select provider, event_id, event_type, outcome as "outcome: Outcome", received_via,
-                       received_at as "received_at: Timestamp"
-                from processed_events
-                where received_at >= coalesce(to_timestamp($5::float8), '-infinity')
-                  and received_at < coalesce(to_timestamp($6::float8), 'infinity')
-                  and received_at <= coalesce($7::text::timestamptz, 'infinity')
-                  and ($7::text is null or (received_at, provider, event_id) < ($7::text::timestamptz, $8, $9))
-                  and ($1::text is null or provider = $1)
-                  and ($2::text is null or event_type = $2)
-                  and ($3::text is null or outcome = $3)
-                  and ($4::text is null or received_via = $4)
-                order by received_at desc, provider desc, event_id desc
-                limit $10
-                "#,
-                filter.provider,
-                filter.event_type,
-                filter.outcome,
-                filter.received_via,
-                filter.from,
-                filter.to,
-                before_at,
-                before_provider,
-                before_id,
-                limit,
-            )).await
-        }
-        Some(q) => {
-            // A subject with many events (a user's thousands) is searched
-            // by walking the newest events in time order and keeping the
-            // related ones: its page is in the first few thousand. Else, or
-            // when that walk does not fill the page, by looking each related
-            // event up by its key and sorting them (a page of a subject with
-            // a few events, or of rare ones among many).
-            lookup.all(sqlx::query_as!(
-                Listed,
-                r#"
-                with related as materialized (select distinct r.provider, r.event_id from related_events($11) r),
-                newest as materialized (
-                    select provider, event_id, event_type, outcome, received_via, received_at
-                    from processed_events
-                    where (select count(*) from related) >= $12
-                      and received_at >= coalesce(to_timestamp($5::float8), '-infinity')
-                      and received_at < coalesce(to_timestamp($6::float8), 'infinity')
-                      and received_at <= coalesce($7::text::timestamptz, 'infinity')
-                      and ($7::text is null or (received_at, provider, event_id) < ($7::text::timestamptz, $8, $9))
-                      and ($1::text is null or provider = $1)
-                      and ($2::text is null or event_type = $2)
-                      and ($3::text is null or outcome = $3)
-                      and ($4::text is null or received_via = $4)
-                    order by received_at desc, provider desc, event_id desc
-                    limit $13
-                ),
-                walked as materialized (
-                    select * from newest e
-                    where exists (select from related r where r.provider = e.provider and r.event_id = e.event_id)
-                    order by e.received_at desc, e.provider desc, e.event_id desc
-                    limit $10
-                ),
-                -- walked, it found the page or read every event the filters let by
-                walk_done (done) as (
-                    select (select count(*) from related) >= $12
-                       and ((select count(*) from walked) = $10 or (select count(*) from newest) < $13)
-                )
-                select provider as "provider!", event_id as "event_id!", event_type as "event_type!",
-                       outcome as "outcome!: Outcome", received_via as "received_via!",
-                       received_at as "received_at!: Timestamp"
-                from walked where (select done from walk_done)
-                union all
-                (select e.provider, e.event_id, e.event_type, e.outcome, e.received_via, e.received_at
-                 from processed_events e
-                 join related r on r.provider = e.provider and r.event_id = e.event_id
-                 where not (select done from walk_done)
-                   and e.received_at >= coalesce(to_timestamp($5::float8), '-infinity')
-                   and e.received_at < coalesce(to_timestamp($6::float8), 'infinity')
-                   and ($7::text is null or (e.received_at, e.provider, e.event_id) < ($7::text::timestamptz, $8, $9))
-                   and ($1::text is null or e.provider = $1)
-                   and ($2::text is null or e.event_type = $2)
-                   and ($3::text is null or e.outcome = $3)
-                   and ($4::text is null or e.received_via = $4)
-                 order by e.received_at desc, e.provider desc, e.event_id desc
-                 limit $10)
-                order by 6 desc, 1 desc, 2 desc -- received_at, provider, event_id
-                "#,
-                filter.provider,
-                filter.event_type,
-                filter.outcome,
-                filter.received_via,
-                filter.from,
-                filter.to,
-                before_at,
-                before_provider,
-                before_id,
-                limit,
-                q,
-                WALKED_RELATED,
-                WALKED_EVENTS,
-            )).await
-        }
-    }?;
+    let rows = db::lookup(pool).all(sqlx::query_as!(
+        Listed,
+        r#"
+        with related as materialized (
+            select distinct r.provider, r.event_id from related_events($11) r where $11::text is not null
+        ),
+        -- the events the filters let by, newest first: the page itself, or
+        -- for a subject with many related events the ones walked for them
+        newest as materialized (
+            select provider, event_id, event_type, outcome, received_via, received_at
+            from processed_events
+            where ($11::text is null or (select count(*) from related) >= $12)
+              and received_at >= coalesce(to_timestamp($5::float8), '-infinity')
+              and received_at < coalesce(to_timestamp($6::float8), 'infinity')
+              and received_at <= coalesce($7::text::timestamptz, 'infinity')
+              and ($7::text is null or (received_at, provider, event_id) < ($7::text::timestamptz, $8, $9))
+              and ($1::text is null or provider = $1)
+              and ($2::text is null or event_type = $2)
+              and ($3::text is null or outcome = $3)
+              and ($4::text is null or received_via = $4)
+            order by received_at desc, provider desc, event_id desc
+            limit case when $11::text is null then $10::int8 else $13::int8 end
+        ),
+        walked as materialized (
+            select * from newest e
+            where $11::text is null
+               or exists (select from related r where r.provider = e.provider and r.event_id = e.event_id)
+            order by e.received_at desc, e.provider desc, e.event_id desc
+            limit $10
+        ),
+        -- walked, it found the page or read every event the filters let by
+        walk_done (done) as (
+            select $11::text is null
+                or ((select count(*) from related) >= $12
+                    and ((select count(*) from walked) = $10 or (select count(*) from newest) < $13))
+        )
+        select provider as "provider!", event_id as "event_id!", event_type as "event_type!",
+               outcome as "outcome!: Outcome", received_via as "received_via!",
+               received_at as "received_at!: Timestamp"
+        from walked where (select done from walk_done)
+        union all
+        (select e.provider, e.event_id, e.event_type, e.outcome, e.received_via, e.received_at
+         from processed_events e
+         join related r on r.provider = e.provider and r.event_id = e.event_id
+         where not (select done from walk_done)
+           and e.received_at >= coalesce(to_timestamp($5::float8), '-infinity')
+           and e.received_at < coalesce(to_timestamp($6::float8), 'infinity')
+           and ($7::text is null or (e.received_at, e.provider, e.event_id) < ($7::text::timestamptz, $8, $9))
+           and ($1::text is null or e.provider = $1)
+           and ($2::text is null or e.event_type = $2)
+           and ($3::text is null or e.outcome = $3)
+           and ($4::text is null or e.received_via = $4)
+         order by e.received_at desc, e.provider desc, e.event_id desc
+         limit $10)
+        order by 6 desc, 1 desc, 2 desc -- received_at, provider, event_id
+        "#,
+        filter.provider,
+        filter.event_type,
+        filter.outcome,
+        filter.received_via,
+        filter.from,
+        filter.to,
+        before_at,
+        before_provider,
+        before_id,
+        limit,
+        filter.q,
+        WALKED_RELATED,
+        WALKED_EVENTS,
+    )).await?;
     Ok(rows.into_iter().map(Row::from).collect())
 }
 
