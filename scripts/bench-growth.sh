@@ -9,7 +9,8 @@
 # takes, and retention both ways: the first month's events deleted row by
 # row in batches (what `webhookd prune` did before partitions, its
 # statement kept here), the other months' partitions detached and dropped
-# by `webhookd prune`, and what each leaves behind.
+# by `webhookd prune`, and what each leaves behind; then the disk's own
+# floor for a drop: `rm` of a month's bytes of files.
 #
 #   scripts/bench-growth.sh [EVENTS_PER_RUN] [RETAINED]   (defaults 20000 5000000)
 #
@@ -136,9 +137,24 @@ prune_ms=$(( ($(date +%s%N) - prune_started) / 1000000 ))
 sleep 1
 read -r heap_after index_after rows_after dead_after <<<"$(sizes)"
 
+# The disk's own floor for a drop: the files of the last month's partition
+# (its heap and indexes, its share of the bytes above), written as 1 GiB
+# files as Postgres writes its segments, synced, then removed.
+month_gib=$(( (heap_before + index_before) / months / 1073741824 ))
+log "removing $month_gib GiB of files with rm, for the disk's floor"
+mkdir "$scratch/floor"
+for (( i = 0; i < month_gib; i++ )); do
+    dd if=/dev/zero of="$scratch/floor/$i" bs=1M count=1024 status=none
+done
+sync
+rm_started=$(date +%s%N)
+rm -r "$scratch/floor"
+rm_ms=$(( ($(date +%s%N) - rm_started) / 1000000 ))
+
 python3 - "$retained" "$filled_in" "$empty" "$grown" "$heap_before" "$index_before" "$rows_before" \
     "$rows_ms" "$rows_between" "$dead_between" \
-    "$prune_ms" "$pruned" "$heap_after" "$index_after" "$rows_after" "$dead_after" <<'PY'
+    "$prune_ms" "$pruned" "$heap_after" "$index_after" "$rows_after" "$dead_after" \
+    "$month_gib" "$rm_ms" <<'PY'
 import json, sys
 retained, filled_in = int(sys.argv[1]), int(sys.argv[2])
 empty, grown = json.loads(sys.argv[3]), json.loads(sys.argv[4])
@@ -146,6 +162,7 @@ heap, index, rows = (int(v) for v in sys.argv[5:8])
 rows_secs, rows_between, dead_between = int(sys.argv[8]) / 1000, int(sys.argv[9]), int(sys.argv[10] or 0)
 prune_secs, pruned = int(sys.argv[11]) / 1000, sys.argv[12]
 heap_after, index_after, rows_after, dead_after = (int(v or 0) for v in sys.argv[13:17])
+month_gib, rm_secs = int(sys.argv[17]), int(sys.argv[18]) / 1000
 print("| tables | unique events/s | p50 ms | p99 ms | verified |")
 print("|---|---|---|---|---|")
 for name, d in (("empty", empty), (f"{retained:,} retained events", grown)):
@@ -164,5 +181,6 @@ for line in pruned.strip().splitlines():
     print(f"    {line}")
 print(f"It left {rows_after:,} rows, {dead_after:,} dead tuples, heap {heap_after / 2**20:,.0f} MiB and"
       f" indexes {index_after / 2**20:,.0f} MiB (before: {heap / 2**20:,.0f} and {index / 2**20:,.0f}).")
+print(f"The disk's floor: rm of {month_gib} files of 1 GiB (a month's bytes) took {rm_secs:.2f} s.")
 sys.exit(0 if empty["passed"] and grown["passed"] else 1)
 PY

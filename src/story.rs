@@ -34,14 +34,16 @@ pub async fn timeline(pool: &PgPool, subject: &str) -> Result<Vec<(String, Strin
             from topics t where t.topic is not null
         ),
         written as (
-            select o.* from related r
-            cross join topics t
-            -- one lookup by key for each event and topic (offset 0 keeps it one:
-            -- joined freely, the planner hashed the whole outbox instead)
+            select o.* from topics t
+            -- for each topic, one index scan for every related event's key
+            -- (offset 0 keeps it one: joined freely, the planner hashed the
+            -- whole outbox instead)
             cross join lateral (select * from outbox o
-                                where o.topic = t.topic and o.dedupe_key = r.provider || ':' || r.event_id
-                                  and o.provider = r.provider and o.event_id = r.event_id
+                                where o.topic = t.topic
+                                  and o.dedupe_key = any (array(select r.provider || ':' || r.event_id
+                                                                from related r))
                                 offset 0) o
+            where exists (select from related r where r.provider = o.provider and r.event_id = o.event_id)
         ),
         timeline (at, line) as (
             select e.received_at,
