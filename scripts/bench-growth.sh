@@ -140,7 +140,7 @@ read -r heap_after index_after rows_after dead_after <<<"$(sizes)"
 # The disk's own floor for a drop: the files of the last month's partition
 # (its heap and indexes, its share of the bytes above), written as 1 GiB
 # files as Postgres writes its segments, synced, then removed.
-month_gib=$(( (heap_before + index_before) / months / 1073741824 ))
+month_gib=$(( ((heap_before + index_before) / months + 536870912) / 1073741824 ))
 log "removing $month_gib GiB of files with rm, for the disk's floor"
 mkdir "$scratch/floor"
 for (( i = 0; i < month_gib; i++ )); do

@@ -866,45 +866,35 @@ async fn a_kept_event_held_while_its_month_goes_is_put_back(pool: PgPool) {
 #[sqlx::test]
 async fn a_large_detached_month_is_told_by_its_statistics_a_small_one_counted(pool: PgPool) {
     let mut conn = pool.acquire().await.unwrap();
-    // Each statement, then the statistics it made flushed before the next.
-    for statement in [
-        "create table retired_month as select g as id from generate_series(1, 5000) g",
-        "delete from retired_month where id > 4000",
-    ] {
-        sqlx::query(statement).execute(&mut *conn).await.unwrap();
-        sqlx::query("select pg_stat_force_next_flush()")
-            .execute(&mut *conn)
+    let steps: [(&str, i64, (u64, bool)); 5] = [
+        (
+            "create table retired_month as select g as id from generate_series(1, 5000) g",
+            partitions::COUNTED_PAGES,
+            (5000, false),
+        ),
+        // More pages than counted: the live rows the statistics keep, the
+        // delete included.
+        ("delete from retired_month where id > 4000", 0, (4000, true)),
+        // Within the pages counted: counted.
+        ("select", partitions::COUNTED_PAGES, (4000, false)),
+        // The statistics lost, as a crash loses them, and never vacuumed
+        // or analysed: counted, however large.
+        (
+            "select pg_stat_reset_single_table_counters('retired_month'::regclass)",
+            0,
+            (4000, false),
+        ),
+        // Vacuumed since: what the vacuum counted.
+        ("vacuum analyze retired_month", 0, (4000, true)),
+    ];
+    for (statement, counted_pages, expected) in steps {
+        // The statement, and the statistics it made flushed.
+        for statement in [statement, "select pg_stat_force_next_flush()"] {
+            sqlx::query(statement).execute(&mut *conn).await.unwrap();
+        }
+        let held = partitions::held(&mut conn, "retired_month", counted_pages)
             .await
             .unwrap();
+        assert_eq!(held, expected, "after {statement}");
     }
-    // More pages than counted: the live rows the statistics keep, the
-    // delete included.
-    let held = partitions::held(&mut conn, "retired_month", 0)
-        .await
-        .unwrap();
-    assert_eq!(held, (4000, true));
-    // Within the pages counted: counted.
-    let held = partitions::held(&mut conn, "retired_month", partitions::COUNTED_PAGES)
-        .await
-        .unwrap();
-    assert_eq!(held, (4000, false));
-    // The statistics lost, as a crash loses them, and never vacuumed or
-    // analysed: counted, however large.
-    sqlx::query("select pg_stat_reset_single_table_counters('retired_month'::regclass)")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    let held = partitions::held(&mut conn, "retired_month", 0)
-        .await
-        .unwrap();
-    assert_eq!(held, (4000, false));
-    // Vacuumed since: what the vacuum counted.
-    sqlx::query("vacuum analyze retired_month")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    let held = partitions::held(&mut conn, "retired_month", 0)
-        .await
-        .unwrap();
-    assert_eq!(held, (4000, true));
 }
