@@ -188,3 +188,30 @@ async fn a_user_with_thousands_of_events_is_paged_newest_first_whichever_way_it_
         ["evt_small_17"]
     );
 }
+
+#[sqlx::test]
+async fn a_user_whose_events_are_all_older_than_the_walk_is_looked_up_by_key(pool: PgPool) {
+    a_user_with_thousands_of_events(&pool).await;
+    // 50,000 newer events of another kind, none related to `user_big`: the
+    // walk reads its 50,000 without filling the page, and the page comes
+    // from looking each related event up by its key.
+    sqlx::raw_sql(
+        r"
+        insert into processed_events (provider, event_id, event_type, outcome, payload, received_at)
+        select 'stripe', format('evt_newer_%s', i), 'customer.created', 'ignored', '{}',
+               now() + make_interval(secs => i)
+        from generate_series(1, 50000) i;
+        ",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let filter = events::Filter {
+        q: Some("user_big".to_owned()),
+        ..events::Filter::default()
+    };
+    let rows = events::page(&pool, &filter, None, 50).await.unwrap();
+    let ids: Vec<String> = rows.iter().map(|r| r.event_id.clone()).collect();
+    assert_eq!(ids, expected_page(&pool, None, None).await);
+    assert_eq!(ids[0], "evt_big_6000");
+}
