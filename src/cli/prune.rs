@@ -104,18 +104,20 @@ pub async fn run(
 /// and those it kept, and which it left and why.
 fn say(out: &mut impl Write, retirement: &Retirement, what: &str) -> std::io::Result<()> {
     for retired in &retirement.retired {
-        write!(
-            out,
-            "dropped partition {}: {}{} {what}{}",
-            retired.partition,
-            if retired.estimated { "about " } else { "" },
-            retired.rows,
-            if retired.estimated {
-                " by its statistics"
-            } else {
-                ""
-            },
-        )?;
+        let rows = retired.rows;
+        if retired.estimated {
+            write!(
+                out,
+                "dropped partition {}: about {rows} {what} by its statistics",
+                retired.partition
+            )?;
+        } else {
+            write!(
+                out,
+                "dropped partition {}: {rows} {what}",
+                retired.partition
+            )?;
+        }
         if retired.moved > 0 {
             write!(out, " ({} kept, moved to the current month)", retired.moved)?;
         }

@@ -58,6 +58,10 @@ pub async fn overview_live(State(console): State<Console>) -> Response {
 /// seconds, in every open tab. The hour's counts are read each time.
 const DAY_READ_EVERY: i64 = 60;
 
+/// The day's buckets: 96 of 15 minutes.
+const DAY_BUCKET: i64 = 900;
+const DAY_BUCKETS: i64 = 96;
+
 /// The overview's last day of counts by outcome, in 15-minute buckets, as
 /// read at most [`DAY_READ_EVERY`] and at each new bucket; one read at a
 /// time, whoever asks.
@@ -90,10 +94,6 @@ impl DayCounts {
         Ok(counts)
     }
 }
-
-/// The day's buckets: 96 of 15 minutes.
-const DAY_BUCKET: i64 = 900;
-const DAY_BUCKETS: i64 = 96;
 
 /// Reads what the overview shows. A figure that cannot be read is left
 /// out (and the page says so) rather than failing the page.
